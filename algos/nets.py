@@ -1,0 +1,130 @@
+"""Actor-critic networks, built from the JSON spaces description of `docs/contracts.md`.
+
+The layout follows CleanRL: separate actor and critic MLPs for vector observations
+(`ppo_continuous_action.py`), one shared Nature-CNN trunk for pixels (`ppo_atari.py`), and
+orthogonal initialisation with small policy heads so the first policy is close to uniform.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import nn
+from torch.distributions import Categorical, Distribution, Independent, Normal
+
+L = TypeVar("L", nn.Linear, nn.Conv2d)
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def layer_init(layer: L, std: float = float(np.sqrt(2)), bias_const: float = 0.0) -> L:
+    """Orthogonal weights, constant bias: the initialisation PPO's reference results rely on."""
+    torch.nn.init.orthogonal_(layer.weight, std)
+    torch.nn.init.constant_(layer.bias, bias_const)
+    return layer
+
+
+def mlp(
+    in_dim: int, hidden_sizes: Sequence[int], out_dim: int, activation: str, out_std: float
+) -> nn.Sequential:
+    """Hidden layers with gain sqrt(2); the output layer's gain `out_std` sets its initial scale."""
+    layers: list[nn.Module] = []
+    for size in hidden_sizes:
+        layers += [layer_init(nn.Linear(in_dim, size)), ACTIVATIONS[activation]()]
+        in_dim = size
+    layers.append(layer_init(nn.Linear(in_dim, out_dim), std=out_std))
+    return nn.Sequential(*layers)
+
+
+class NatureCNN(nn.Module):
+    """The DQN-Nature encoder: uint8 frames [N, C, 84, 84] -> 512 features.
+
+    Scaling by 1/255 happens here so rollouts can carry pixels as uint8 (4x less data).
+    """
+
+    def __init__(self, in_channels: int = 4, frame_hw: Sequence[int] = (84, 84)):
+        super().__init__()
+        self.convs = nn.Sequential(
+            layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(32, 64, 4, stride=2)),
+            nn.ReLU(),
+            layer_init(nn.Conv2d(64, 64, 3, stride=1)),
+            nn.ReLU(),
+            nn.Flatten(),
+        )
+        with torch.no_grad():  # the flattened size depends on the frame size (64*7*7 for 84x84)
+            n_flat = self.convs(torch.zeros(1, in_channels, *frame_hw)).shape[1]
+        self.fc = nn.Sequential(layer_init(nn.Linear(n_flat, 512)), nn.ReLU())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(self.convs(x.float() / 255.0))
+
+
+class ActorCritic(nn.Module):
+    """Policy and value function for a discrete (categorical) or box (diagonal Gaussian) action.
+
+    Vector observations get two independent MLPs; uint8 images of rank 3 get one shared
+    `NatureCNN` trunk with linear heads. The Gaussian's log std is a state-independent
+    parameter (initialised to 0, i.e. std 1), as in CleanRL.
+    """
+
+    def __init__(
+        self,
+        spaces: dict[str, Any],
+        hidden_sizes: Sequence[int] = (64, 64),
+        activation: str = "tanh",
+    ):
+        super().__init__()
+        obs_shape = tuple(spaces["obs_shape"])
+        action = spaces["action"]
+        self.discrete = action["kind"] == "discrete"
+        self.pixels = spaces["obs_dtype"] == "uint8" and len(obs_shape) == 3
+        out_dim = int(action["n"]) if self.discrete else int(np.prod(action["shape"]))
+
+        if self.pixels:
+            self.trunk: nn.Module = NatureCNN(obs_shape[0], obs_shape[1:])
+            self.actor: nn.Module = layer_init(nn.Linear(512, out_dim), std=0.01)
+            self.critic: nn.Module = layer_init(nn.Linear(512, 1), std=1.0)
+        else:
+            # Flatten only for rank > 1 observations; a batch always comes first.
+            self.trunk = nn.Flatten() if len(obs_shape) > 1 else nn.Identity()
+            in_dim = int(np.prod(obs_shape))
+            self.actor = mlp(in_dim, hidden_sizes, out_dim, activation, out_std=0.01)
+            self.critic = mlp(in_dim, hidden_sizes, 1, activation, out_std=1.0)
+        if not self.discrete:
+            self.actor_logstd = nn.Parameter(torch.zeros(1, out_dim))
+
+    def heads(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(logits or Gaussian mean, value [N]) with the trunk evaluated once."""
+        hidden = self.trunk(obs)
+        return self.actor(hidden), self.critic(hidden).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(self.trunk(obs)).squeeze(-1)
+
+    def make_dist(self, actor_out: torch.Tensor) -> Distribution:
+        """Categorical over logits, or a diagonal Gaussian whose log_prob/entropy sum over dims."""
+        if self.discrete:
+            return Categorical(logits=actor_out, validate_args=False)
+        std = self.actor_logstd.expand_as(actor_out).exp()
+        return Independent(Normal(actor_out, std, validate_args=False), 1, validate_args=False)
+
+    def dist(self, obs: torch.Tensor) -> Distribution:
+        return self.make_dist(self.actor(self.trunk(obs)))
+
+    def get_action_and_value(
+        self, obs: torch.Tensor, action: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(action, logprob, entropy, value); samples an action when none is given."""
+        actor_out, value = self.heads(obs)
+        probs = self.make_dist(actor_out)
+        if action is None:
+            action = probs.sample()
+        return action, probs.log_prob(action), probs.entropy(), value
+
+    # `forward` is what `torch.func.functional_call` runs, so the loss can be taken functionally.
+    forward = get_action_and_value

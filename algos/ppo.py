@@ -1,0 +1,291 @@
+"""PPO's learner core (clipped surrogate, GAE), laid out like CleanRL's `ppo.py`.
+
+`update` takes the round's rollouts (time-first [T, B], see `docs/contracts.md`) and returns
+scalar diagnostics. The loss lives in the pure function `ppo_loss` so that probes can take
+gradients and Hessian-vector products of exactly the loss the learner optimises, e.g.
+
+    params = dict(ppo.model.named_parameters())
+    f = lambda p: ppo_loss(ppo.model, mb, ppo.config, p)[0]
+    torch.func.jvp(torch.func.grad(f), (params,), (vector,))  # Hessian-vector product
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import numpy as np
+import torch
+from torch import nn, optim
+from torch.func import functional_call
+
+from algos.nets import ActorCritic
+
+ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
+
+
+@dataclass
+class PPOConfig:
+    learning_rate: float = 3e-4
+    """the learning rate of the optimizer (the value at progress 0)"""
+    gamma: float = 0.99
+    """the discount factor gamma"""
+    gae_lambda: float = 0.95
+    """the lambda for the general advantage estimation"""
+    num_minibatches: int = 4
+    """the number of mini-batches per epoch"""
+    update_epochs: int = 4
+    """the K epochs to update the policy"""
+    norm_adv: bool = True
+    """toggles per-minibatch advantages normalization"""
+    clip_coef: float = 0.2
+    """the surrogate clipping coefficient"""
+    clip_vloss: bool = True
+    """toggles whether or not to use a clipped loss for the value function, as per the paper"""
+    ent_coef: float = 0.0
+    """coefficient of the entropy"""
+    vf_coef: float = 0.5
+    """coefficient of the value function"""
+    max_grad_norm: float = 0.5
+    """the maximum norm for the gradient clipping"""
+    target_kl: float | None = None
+    """the target KL divergence threshold: stop the epochs early once approx_kl exceeds it"""
+    anneal_lr: bool = True
+    """toggle learning rate annealing: lr = (1 - progress) * learning_rate"""
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
+    activation: str = "tanh"
+    """activation of the MLPs ("tanh" or "relu")"""
+    adam_eps: float = 1e-5
+    """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
+
+
+#: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
+MIN_LEARNING_RATE = 1e-10
+
+
+def _as_bool(x: ArrayT) -> ArrayT:
+    return x.bool() if isinstance(x, torch.Tensor) else np.asarray(x, dtype=bool)
+
+
+def compute_gae(
+    rewards: ArrayT,
+    values: ArrayT,
+    terminated: ArrayT,
+    truncated: ArrayT,
+    bootstrap_values: ArrayT,
+    last_values: ArrayT,
+    gamma: float,
+    lam: float,
+) -> ArrayT:
+    """Generalised advantage estimates [T, B] (numpy or torch in, the same out).
+
+    Autoreset is SAME_STEP: after any done step the next row belongs to a new episode, so a done
+    cuts the recursion. A truncated (not terminated) episode did not end in the MDP, so its
+    missing future, gamma * V(final obs), is added to the reward of that step instead.
+    The returns (value targets) are `advantages + values`.
+    """
+    terminated, truncated = _as_bool(terminated), _as_bool(truncated)
+    nextnonterminal_all = ~(terminated | truncated)
+    rewards = rewards + gamma * bootstrap_values * (truncated & ~terminated)
+    zeros_like = torch.zeros_like if isinstance(rewards, torch.Tensor) else np.zeros_like
+    advantages = zeros_like(rewards)
+    lastgaelam = zeros_like(last_values)
+    num_steps = rewards.shape[0]
+    for t in reversed(range(num_steps)):
+        nextvalues = last_values if t == num_steps - 1 else values[t + 1]
+        nextnonterminal = nextnonterminal_all[t]
+        delta = rewards[t] + gamma * nextvalues * nextnonterminal - values[t]
+        lastgaelam = delta + gamma * lam * nextnonterminal * lastgaelam
+        advantages[t] = lastgaelam
+    return advantages
+
+
+def ppo_loss(
+    model: nn.Module,
+    mb: dict[str, torch.Tensor],
+    config: PPOConfig,
+    params: dict[str, torch.Tensor] | None = None,
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """PPO's loss on one minibatch, and its named parts (detached) for logging.
+
+    `mb` holds `obs`, `actions`, `logprobs`, `advantages`, `returns`, `values`. With `params`
+    the model runs through `torch.func.functional_call`, so `torch.func.grad`/`hvp` can
+    differentiate the loss with respect to those parameters.
+    """
+    if params is None:
+        _, newlogprob, entropy, newvalue = model(mb["obs"], mb["actions"])
+    else:
+        args = (mb["obs"], mb["actions"])
+        _, newlogprob, entropy, newvalue = functional_call(model, params, args)
+    logratio = newlogprob - mb["logprobs"]
+    ratio = logratio.exp()
+
+    # calculate approx_kl http://joschu.net/blog/kl-approx.html
+    old_approx_kl = (-logratio).mean().detach()
+    approx_kl = ((ratio - 1) - logratio).mean().detach()
+    clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean().detach()
+
+    mb_advantages = mb["advantages"]
+    if config.norm_adv:
+        mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
+
+    # Policy loss
+    pg_loss1 = -mb_advantages * ratio
+    pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
+    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+
+    # Value loss
+    if config.clip_vloss:
+        v_loss_unclipped = (newvalue - mb["returns"]) ** 2
+        v_clipped = mb["values"] + torch.clamp(
+            newvalue - mb["values"], -config.clip_coef, config.clip_coef
+        )
+        v_loss_clipped = (v_clipped - mb["returns"]) ** 2
+        v_loss = 0.5 * torch.max(v_loss_unclipped, v_loss_clipped).mean()
+    else:
+        v_loss = 0.5 * ((newvalue - mb["returns"]) ** 2).mean()
+
+    entropy_loss = entropy.mean()
+    loss = pg_loss - config.ent_coef * entropy_loss + v_loss * config.vf_coef
+    parts = {
+        "pg_loss": pg_loss.detach(),
+        "v_loss": v_loss.detach(),
+        "entropy_loss": entropy_loss.detach(),
+        "approx_kl": approx_kl,
+        "old_approx_kl": old_approx_kl,
+        "clipfrac": clipfrac,
+    }
+    return loss, parts
+
+
+def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
+    """1 - Var[y_true - y_pred] / Var[y_true]; NaN when the targets are constant (undefined)."""
+    var_y = np.var(y_true)
+    return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
+
+
+class PPO:
+    """The learner core: owns the model and the optimiser; no I/O, no threads."""
+
+    def __init__(
+        self,
+        spaces: dict[str, Any],
+        config: PPOConfig | None = None,
+        device: str | torch.device = "cpu",
+    ):
+        self.spaces = spaces
+        self.config = config if config is not None else PPOConfig()
+        self.device = torch.device(device)
+        c = self.config
+        self.model = ActorCritic(spaces, c.hidden_sizes, c.activation).to(self.device)
+        self.optimizer = optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=c.adam_eps)
+
+    # ---- what actors need -------------------------------------------------------------------
+    def actor_spec(self) -> dict[str, Any]:
+        """JSON-able recipe for `algos.policy.ActorPolicy`."""
+        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
+        return {"spaces": self.spaces, "net": net}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The model's state_dict as float32 CPU numpy copies (safe to encode while training)."""
+        return {
+            k: v.detach().to("cpu", torch.float32).clone().numpy()
+            for k, v in self.model.state_dict().items()
+        }
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+
+    # ---- learning ---------------------------------------------------------------------------
+    def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """GAE on the [T, B] rollout, then flatten to the batch [T * B] on the learner's device."""
+        c = self.config
+        values = np.asarray(rollout["values"], dtype=np.float32)
+        advantages = compute_gae(
+            np.asarray(rollout["rewards"], dtype=np.float32),
+            values,
+            rollout["terminated"],
+            rollout["truncated"],
+            np.asarray(rollout["bootstrap_values"], dtype=np.float32),
+            np.asarray(rollout["last_values"], dtype=np.float32),
+            c.gamma,
+            c.gae_lambda,
+        )
+        returns = advantages + values
+
+        def flat(x: np.ndarray, start: int = 2) -> torch.Tensor:
+            x = np.asarray(x)
+            return torch.as_tensor(x.reshape(-1, *x.shape[start:]).copy(), device=self.device)
+
+        obs = np.asarray(rollout["obs"])
+        if obs.dtype != np.uint8:
+            obs = obs.astype(np.float32, copy=False)
+        actions = np.asarray(rollout["actions"])
+        actions = actions.astype(np.int64 if self.model.discrete else np.float32, copy=False)
+        return {
+            "obs": flat(obs),
+            "actions": flat(actions),
+            "logprobs": flat(np.asarray(rollout["logprobs"], dtype=np.float32)),
+            "advantages": flat(advantages),
+            "returns": flat(returns),
+            "values": flat(values),
+        }
+
+    def loss(
+        self, mb: dict[str, torch.Tensor], params: dict[str, torch.Tensor] | None = None
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """`ppo_loss` with this learner's model and config (for probes)."""
+        return ppo_loss(self.model, mb, self.config, params)
+
+    def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]:
+        """K epochs of minibatch SGD on the clipped surrogate; returns CleanRL's diagnostics."""
+        c = self.config
+        # Annealing the rate if instructed to do so.
+        lrnow = c.learning_rate
+        if c.anneal_lr:
+            frac = 1.0 - min(max(progress, 0.0), 1.0)
+            lrnow = max(frac * c.learning_rate, MIN_LEARNING_RATE)
+        self.optimizer.param_groups[0]["lr"] = lrnow
+
+        b = self.make_batch(rollout)
+        batch_size = b["obs"].shape[0]
+
+        # ALGO LOGIC: optimizing the policy and value network
+        self.model.train()
+        clipfracs: list[float] = []
+        for _epoch in range(c.update_epochs):
+            b_inds = torch.randperm(batch_size, device=self.device)
+            # Exactly num_minibatches near-equal parts: B (summed over actors) need not divide,
+            # and a leftover minibatch of one sample would make the advantage std NaN.
+            for mb_inds in torch.tensor_split(b_inds, c.num_minibatches):
+                mb = {k: v[mb_inds] for k, v in b.items()}
+                loss, parts = ppo_loss(self.model, mb, c)
+                clipfracs.append(parts["clipfrac"].item())
+
+                self.optimizer.zero_grad()
+                loss.backward()
+                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
+                self.optimizer.step()
+
+            if c.target_kl is not None and parts["approx_kl"].item() > c.target_kl:
+                break
+
+        b_values = b["values"].cpu().numpy()
+        b_returns = b["returns"].cpu().numpy()
+        return {
+            "learning_rate": float(lrnow),
+            "loss": loss.item(),
+            "v_loss": parts["v_loss"].item(),
+            "pg_loss": parts["pg_loss"].item(),
+            "entropy": parts["entropy_loss"].item(),
+            "old_approx_kl": parts["old_approx_kl"].item(),
+            "approx_kl": parts["approx_kl"].item(),
+            "clipfrac": float(np.mean(clipfracs)),
+            "explained_variance": explained_variance(b_values, b_returns),
+        }

@@ -1,0 +1,191 @@
+"""Building environments from an env spec (the plan's ``[env]`` table, see docs/contracts.md).
+
+Actors build their vector env from the spec they receive in every event, so everything here is
+a pure function of that dict: no global state apart from gymnasium's registry. ale-py is
+imported only when an id needs it, because importing it costs time and most runs are MuJoCo or
+classic control.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "DEFAULT_ENV_SPEC",
+    "check_env_id",
+    "describe",
+    "make_env",
+    "make_vector_env",
+    "resolve_spec",
+    "rollout_obs_dtype",
+    "wrappers_for",
+]
+
+#: Values used for keys an env spec leaves out; they mirror the contract's example.
+DEFAULT_ENV_SPEC: dict[str, Any] = {
+    "num_envs": 1,
+    "kwargs": {},
+    "normalize_obs": True,
+    "normalize_reward": True,
+    "clip_obs": 10.0,
+    "gamma": 0.99,
+    "max_episode_steps": None,
+}
+
+Wrapper = Callable[[gym.Env], gym.Env]
+
+
+def resolve_spec(env_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """Return the spec with defaults filled in, so callers never need ``.get`` chains."""
+    if "id" not in env_spec:
+        raise ValueError(f"env spec needs an 'id' key, got keys {sorted(env_spec)}")
+    spec = {**DEFAULT_ENV_SPEC, **env_spec}
+    spec["kwargs"] = dict(spec["kwargs"] or {})
+    return spec
+
+
+def _register_ale() -> bool:
+    """Import ale-py so that its ``ALE/...`` (and ``...NoFrameskip-v4``) ids are registered.
+
+    Returns False when ale-py is not installed, so the caller can still report close matches.
+    """
+    try:
+        import ale_py  # lazy on purpose: only Atari runs pay for it
+    except ImportError:
+        return False
+    gym.register_envs(ale_py)
+    return True
+
+
+def _ensure_registered(env_id: str) -> None:
+    """Register the module that provides ``env_id`` when gymnasium does not know it yet.
+
+    ale-py also registers ids without the ``ALE/`` prefix (``PongNoFrameskip-v4``), so an unknown
+    id gets one registration attempt before it is declared unknown.
+    """
+    if env_id.startswith("ALE/") or env_id not in gym.registry:
+        _register_ale()
+
+
+def check_env_id(env_id: str) -> None:
+    """Raise ``ValueError`` naming close matches when ``env_id`` is not a registered id.
+
+    Called when a plan is loaded, so a typo fails in the coordinator with a helpful message
+    instead of inside every actor.
+    """
+    _ensure_registered(env_id)
+    if env_id in gym.registry:
+        return
+    matches = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=5, cutoff=0.6)
+    hint = f"; close matches: {', '.join(matches)}" if matches else ""
+    raise ValueError(f"unknown environment id {env_id!r}{hint}")
+
+
+def wrappers_for(env_id: str) -> list[Wrapper]:
+    """The wrapper stack for ``env_id``, in the order the wrappers apply (first wraps first).
+
+    This is the extension point for per-family preprocessing (Atari's grey 84x84 frame stack
+    will be added here). Statistics-based wrappers (observation and reward normalisation,
+    episode statistics) are deliberately absent: the ``Sampler`` does them batched over envs
+    and with frozen learner statistics, which per-env wrappers cannot do.
+    """
+    del env_id
+    return []
+
+
+def make_env(
+    env_id: str, kwargs: Mapping[str, Any] | None = None, max_episode_steps: int | None = None
+) -> Callable[[], gym.Env]:
+    """Return a thunk that builds one env, for ``SyncVectorEnv`` (which calls it in-process).
+
+    Box actions are not clipped by a wrapper: ``ClipAction`` would widen the action space to
+    infinite bounds (hiding them from ``describe``), and clipping once over the batch in the
+    sampler is cheaper than once per env.
+    """
+    kwargs = dict(kwargs or {})
+
+    def thunk() -> gym.Env:
+        _ensure_registered(env_id)
+        # The passive checker only inspects the first calls but stays a wrapper layer on the
+        # hot path; ids are validated by check_env_id instead.
+        env = gym.make(
+            env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs
+        )
+        for wrap in wrappers_for(env_id):
+            env = wrap(env)
+        return env
+
+    return thunk
+
+
+def make_vector_env(env_spec: Mapping[str, Any], seed: int) -> gym.vector.SyncVectorEnv:
+    """Build the actor's vector env (reset with ``seed``: sub-env ``i`` gets ``seed + i``).
+
+    In-process ``SyncVectorEnv`` because on 2 cores subprocess messaging costs about as much as a
+    MuJoCo step (FACTS.md). SAME_STEP autoreset: the obs returned at a done step is already the
+    reset obs, and the finished episode's last obs is in ``info["final_obs"]``. ``copy=False``
+    because the sampler copies every obs into its own buffers straight away.
+    """
+    spec = resolve_spec(env_spec)
+    _ensure_registered(spec["id"])
+    thunk = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])
+    vec = gym.vector.SyncVectorEnv(
+        [thunk] * int(spec["num_envs"]),
+        copy=False,
+        autoreset_mode=gym.vector.AutoresetMode.SAME_STEP,
+    )
+    vec.reset(seed=seed)
+    return vec
+
+
+def rollout_obs_dtype(observation_space: gym.Space, normalize_obs: bool) -> np.dtype:
+    """The dtype of ``obs`` in a rollout: float32 unless integer (pixel) obs stay unnormalised.
+
+    float64 MuJoCo observations are narrowed to float32 since the network is float32 anyway
+    and it halves the bytes an actor pushes.
+    """
+    dtype = np.dtype(observation_space.dtype)
+    if not normalize_obs and np.issubdtype(dtype, np.integer):
+        return dtype
+    return np.dtype(np.float32)
+
+
+def describe(env_spec: Mapping[str, Any]) -> dict[str, Any]:
+    """JSON-able description of the spaces (contracts.md), read from one probe env.
+
+    ``obs_dtype`` is the dtype the rollouts carry (see ``rollout_obs_dtype``), which is what a
+    learner needs to size its buffers and pick its encoder.
+    """
+    spec = resolve_spec(env_spec)
+    env = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])()
+    try:
+        obs_space, act_space = env.observation_space, env.action_space
+    finally:
+        env.close()
+    if not isinstance(obs_space, gym.spaces.Box):
+        raise ValueError(
+            f"{spec['id']}: only Box observation spaces are supported, got {obs_space}"
+        )
+    if isinstance(act_space, gym.spaces.Discrete):
+        if int(act_space.start) != 0:
+            raise ValueError(f"{spec['id']}: Discrete actions must start at 0, got {act_space}")
+        action: dict[str, Any] = {"kind": "discrete", "n": int(act_space.n)}
+    elif isinstance(act_space, gym.spaces.Box):
+        action = {
+            "kind": "box",
+            "shape": [int(d) for d in act_space.shape],
+            "low": act_space.low.astype(np.float64).ravel().tolist(),
+            "high": act_space.high.astype(np.float64).ravel().tolist(),
+        }
+    else:
+        raise ValueError(f"{spec['id']}: unsupported action space {act_space}")
+    return {
+        "obs_shape": [int(d) for d in obs_space.shape],
+        "obs_dtype": rollout_obs_dtype(obs_space, bool(spec["normalize_obs"])).name,
+        "action": action,
+    }

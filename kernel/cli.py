@@ -1,0 +1,151 @@
+"""``python -m kernel`` / ``nitro``: run, validate and list.
+
+Exit codes: 0 done, 1 a plugin failed (named on stderr), 2 a bad plan or bad arguments
+(one message naming the key path, never a traceback), 130 interrupted before the summary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kernel import logs
+from kernel.registry import PluginError, default_registry
+from kernel.schema import PlanError
+
+EXIT_OK, EXIT_FAILED, EXIT_BAD_PLAN = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's default is also 2; keep one line
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(EXIT_BAD_PLAN)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="nitro", description="Nitro: boosted serverless deep RL.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    run = sub.add_parser("run", help="train from a plan")
+    run.add_argument("plan", nargs="?", help="plan.toml (omit with --resume)")
+    run.add_argument("--out", help="run directory (default runs/<name>-<timestamp>)")
+    run.add_argument("--set", dest="overrides", action="append", default=[],
+                     metavar="KEY.PATH=VALUE", help="override a plan key with a TOML value")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+
+    validate = sub.add_parser("validate", help="check a plan and print it resolved")
+    validate.add_argument("plan")
+    validate.add_argument("--set", dest="overrides", action="append", default=[],
+                          metavar="KEY.PATH=VALUE")
+
+    sub.add_parser("plugins", help="list plugins with kind, doc and configuration keys")
+
+    for extra in _extra_commands():
+        extra(sub)
+    return parser
+
+
+def _extra_commands() -> list[Any]:
+    """Sub-commands living in their own modules (lambda serve/deploy, report)."""
+    commands = []
+    for module in ("kernel.lambda_cli", "kernel.report_cli"):
+        try:
+            mod = __import__(module, fromlist=["register"])
+        except ImportError:
+            continue
+        commands.append(mod.register)
+    return commands
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logs.configure("info")
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "validate":
+            return _validate(args)
+        if args.command == "plugins":
+            return _plugins()
+        return int(args.handler(args))
+    except PlanError as exc:
+        sys.stderr.write(f"nitro: bad plan: {exc}\n")
+        return EXIT_BAD_PLAN
+    except PluginError as exc:
+        sys.stderr.write(f"nitro: {exc}\n")
+        return EXIT_BAD_PLAN
+
+
+def _validate(args: argparse.Namespace) -> int:
+    import tomli_w
+
+    from kernel.engine import _drop_none
+    from kernel.plan import load_plan
+
+    plan = load_plan(args.plan, args.overrides)
+    sys.stdout.write(tomli_w.dumps(_drop_none(logs.redact(plan))))
+    sys.stderr.write(f"{args.plan}: ok\n")
+    return EXIT_OK
+
+
+def _plugins() -> int:
+    registry = default_registry()
+    for plugin in registry.all():
+        sys.stdout.write(f"{plugin.kind:<10} {plugin.name:<12} {plugin.doc}"
+                         f"{'' if plugin.source == 'nitro-rl' else f'  [{plugin.source}]'}\n")
+        for key, field in plugin.config.items():
+            default = "required" if field.required else f"default {field.default!r}"
+            sys.stdout.write(f"{'':<24}{key} ({field.expectation()}; {default})"
+                             f"{': ' + field.doc if field.doc else ''}\n")
+    return EXIT_OK
+
+
+def _run(args: argparse.Namespace) -> int:
+    from kernel.engine import Engine
+    from kernel.plan import load_plan
+
+    if args.resume:
+        from kernel.checkpoint import resume_engine
+
+        engine = resume_engine(Path(args.resume), args.overrides)
+    else:
+        if not args.plan:
+            raise PlanError("plan", "a plan file (or --resume RUN_DIR)")
+        plan = load_plan(args.plan, args.overrides)
+        engine = Engine(plan, out_dir=args.out)
+    logs.configure(engine.plan["run"]["log_level"])
+    return asyncio.run(_serve(engine))
+
+
+async def _serve(engine: Any) -> int:
+    from kernel.coordinator import PluginCrashed
+
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    main_task = asyncio.current_task()
+
+    def on_signal(sig: signal.Signals) -> None:
+        if engine.stop_requested.is_set() and main_task is not None:
+            main_task.cancel()  # a second signal: stop now, summary still written
+        engine.request_stop(f"signal {sig.name}")
+
+    for sig in signals:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        async with engine:
+            summary = await engine.run()
+    except PluginCrashed as exc:
+        sys.stderr.write(f"nitro: {exc}\n")
+        return EXIT_FAILED
+    except asyncio.CancelledError:
+        return 130
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+    return EXIT_OK if summary.get("stop_reason", "").split(":")[0] != "error" else EXIT_FAILED

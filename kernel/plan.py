@@ -1,0 +1,259 @@
+"""Plans: TOML files that declare a run, validated completely before anything starts.
+
+``load_plan`` reads the file (or takes a dict), applies ``--set`` overrides, checks every core
+section against the fields below and every plugin section against the fields its plugin
+declares, fills defaults, and returns the resolved plan. Any problem is one ``PlanError`` that
+names the key path.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from kernel.registry import PluginError, Registry, default_registry
+from kernel.schema import Field, PlanError, validate_table
+
+RUN = {
+    "name": Field("str", "nitro", "Run name; the run directory is runs/<name>-<timestamp>."),
+    "seed": Field("int", 1, "Seed for the learner, actors and scalers.", min=0),
+    "out_dir": Field("str", "runs", "Parent folder of run directories."),
+    "device": Field("str", "auto", "torch device of the learner: auto, cpu, cuda, cuda:N."),
+    "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
+    "mode": Field(
+        "str", "sync", "sync: rounds as in DESIGN.md; async: keep actors in flight.",
+        choices=("sync", "async"),
+    ),
+}
+STOP = {
+    "max_rounds": Field("int", None, "Stop after this many rounds.", min=1),
+    "max_env_steps": Field("int", None, "Stop once this many env steps were trained on.", min=1),
+    "target_return": Field("float", None, "Stop when the eval return reaches this."),
+    "budget_usd": Field(
+        "float", None, "Dollar budget; stop before a round it cannot pay for.", min=0,
+        min_exclusive=True,
+    ),
+    "max_wall_s": Field("float", None, "Stop after this many seconds.", min=0, min_exclusive=True),
+}
+ENV = {
+    "provider": Field("str", "gymnasium", "env plugin that builds and checks the id."),
+    "id": Field("str", doc="Environment id, e.g. CartPole-v1, Hopper-v5, ALE/Pong-v5."),
+    "num_envs": Field("int", 4, "Vectorised envs per actor.", min=1, max=4096),
+    "kwargs": Field("table", {}, "Keyword arguments for gymnasium.make."),
+    "normalize_obs": Field("bool", True, "Running observation normalisation."),
+    "normalize_reward": Field("bool", True, "Scale rewards by the discounted-return std."),
+    "clip_obs": Field("float", 10.0, "Clip normalised observations to [-c, c].", min=0,
+                      min_exclusive=True),
+    "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1),
+}
+ALGO = {"name": Field("str", "ppo", "algo plugin.")}
+ACTORS = {
+    "backend": Field("str", "local", "actors plugin: local, lambda."),
+    "count": Field("int", 1, "Actors in round 1 (and every round with the fixed scaler).", min=1),
+    "min": Field("int", 1, "Fewest actors a scaler may choose.", min=1),
+    "max": Field("int", None, "Most actors a scaler may choose (default: count).", min=1),
+    "steps": Field("int", 128, "Env steps per env per invocation.", min=1),
+    "workers": Field("int", 0, "Local worker processes (0: one per core).", min=0, max=1024),
+    "deadline_s": Field(
+        "float", 300.0, "Gathering deadline per round; late actors are left behind.", min=0,
+        min_exclusive=True,
+    ),
+    "min_fraction": Field(
+        "float", 0.5, "Fraction of batches a round needs before it may go on at the deadline.",
+        min=0, max=1,
+    ),
+}
+TRANSPORT = {"kind": Field("str", "memory", "transport plugin: memory, redis.")}
+SCALER = {"name": Field("str", "fixed", "scaler plugin.")}
+COST = {"name": Field("str", "aws", "cost plugin.")}
+CHECKPOINT = {
+    "every": Field("int", 0, "Write a checkpoint every k rounds (0: only on stop).", min=0),
+    "keep": Field("int", 3, "Checkpoints kept.", min=1),
+    "enabled": Field("bool", True, "Write checkpoints at all."),
+}
+LIST_ITEM = {"name": Field("str", doc="plugin name.")}
+PROBE_ITEM = {
+    "name": Field("str", doc="probe plugin."),
+    "every": Field("int", 1, "Measure every k rounds.", min=1),
+}
+
+#: section -> (core fields, plugin kind, key naming the plugin)
+SECTIONS: dict[str, tuple[dict[str, Field], str | None, str | None]] = {
+    "run": (RUN, None, None),
+    "stop": (STOP, None, None),
+    "env": (ENV, "env", "provider"),
+    "algo": (ALGO, "algo", "name"),
+    "actors": (ACTORS, "actors", "backend"),
+    "transport": (TRANSPORT, "transport", "kind"),
+    "scaler": (SCALER, "scaler", "name"),
+    "cost": (COST, "cost", "name"),
+    "checkpoint": (CHECKPOINT, None, None),
+}
+LISTS: dict[str, tuple[dict[str, Field], str, list[dict[str, Any]]]] = {
+    "probes": (PROBE_ITEM, "probe", [{"name": "eval"}]),
+    "sinks": (LIST_ITEM, "sink", [{"name": "console"}]),
+}
+
+
+def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise PlanError(str(p), "a readable plan file", note=exc.strerror or str(exc)) from None
+    except UnicodeDecodeError:
+        raise PlanError(str(p), "a UTF-8 text file", note="undecodable bytes") from None
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise PlanError(str(p), "valid TOML", note=str(exc)) from None
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``key.path=value``; the value is read as TOML, or taken as a bare string if it is not
+    (so ``--set env.id=Acrobot-v1`` works after the shell ate the quotes)."""
+    key, sep, raw = item.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise PlanError(f"--set {item}", "key.path=value")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw.strip()
+    return key.split("."), value
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | Iterable[str]) -> None:
+    pairs: Iterable[tuple[list[str], Any]]
+    if isinstance(overrides, Mapping):
+        pairs = [(k.split("."), v) for k, v in overrides.items()]
+    else:
+        pairs = [parse_override(item) for item in overrides]
+    for path, value in pairs:
+        node: Any = data
+        for i, part in enumerate(path[:-1]):
+            where = ".".join(path[: i + 1])
+            if isinstance(node, list):
+                node = _list_item(node, part, where)
+            else:
+                node = node.setdefault(part, {})
+            if not isinstance(node, (dict, list)):
+                raise PlanError(where, "a table to override a key in", node)
+        last = path[-1]
+        if isinstance(node, list):
+            index = _index(last, ".".join(path), len(node))
+            node[index] = value
+        else:
+            node[last] = value
+
+
+def _index(part: str, where: str, length: int) -> int:
+    if not part.isdigit() or int(part) >= length:
+        raise PlanError(where, f"an index below {length}", part)
+    return int(part)
+
+
+def _list_item(node: list[Any], part: str, where: str) -> Any:
+    return node[_index(part, where, len(node))]
+
+
+def load_plan(
+    source: str | os.PathLike[str] | Mapping[str, Any],
+    overrides: Mapping[str, Any] | Iterable[str] = (),
+    registry: Registry | None = None,
+) -> dict[str, Any]:
+    """Read, override and validate a plan; return it resolved (every default filled)."""
+    if isinstance(source, Mapping):
+        raw = copy.deepcopy(dict(source))
+    else:
+        raw = read_toml(source)
+    apply_overrides(raw, overrides)
+    return validate_plan(raw, registry or default_registry())
+
+
+def validate_plan(raw: dict[str, Any], registry: Registry) -> dict[str, Any]:
+    known = set(SECTIONS) | set(LISTS)
+    for key in raw:
+        if key not in known:
+            raise PlanError(
+                key, f"a known section (known: {', '.join(sorted(known))})", note="unknown section"
+            )
+    plan: dict[str, Any] = {}
+    for section, (core, kind, selector) in SECTIONS.items():
+        data = raw.get(section, {})
+        if section == "env" and section not in raw:
+            raise PlanError("env", "a table with at least id", note="required section")
+        plan[section] = _validate_section(section, data, core, kind, selector, registry)
+    for section, (core, kind, default) in LISTS.items():
+        items = raw.get(section, copy.deepcopy(default))
+        if not isinstance(items, list):
+            raise PlanError(section, f"an array of tables ([[{section}]])", items)
+        plan[section] = [
+            _validate_section(f"{section}[{i}]", item, core, kind, "name", registry)
+            for i, item in enumerate(items)
+        ]
+    _cross_checks(plan)
+    _plugin_checks(plan, registry)
+    return plan
+
+
+def _validate_section(
+    path: str,
+    data: Any,
+    core: dict[str, Field],
+    kind: str | None,
+    selector: str | None,
+    registry: Registry,
+) -> dict[str, Any]:
+    if kind is None or selector is None:
+        return validate_table(path, data, core)
+    if not isinstance(data, dict):
+        raise PlanError(path, "a table", data)
+    name_field = core[selector]
+    name = name_field.check(f"{path}.{selector}", data.get(selector, name_field.default))
+    try:
+        plugin = registry.get(kind, name)
+    except PluginError as exc:
+        raise PlanError(
+            f"{path}.{selector}", f"a {kind} plugin ({', '.join(registry.names(kind))})", name
+        ) from exc
+    overlap = set(plugin.config) & set(core)
+    fields = {**core, **{k: v for k, v in plugin.config.items() if k not in overlap}}
+    return validate_table(path, data, fields)
+
+
+def _cross_checks(plan: dict[str, Any]) -> None:
+    stop = plan["stop"]
+    if all(stop[k] is None for k in ("max_rounds", "max_env_steps", "max_wall_s", "budget_usd")):
+        raise PlanError(
+            "stop", "at least one of max_rounds, max_env_steps, max_wall_s, budget_usd",
+            note="a run needs an end",
+        )
+    actors = plan["actors"]
+    if actors["max"] is None:
+        actors["max"] = max(actors["count"], actors["min"])
+    if not actors["min"] <= actors["count"] <= actors["max"]:
+        raise PlanError(
+            "actors.count",
+            f"a count between actors.min ({actors['min']}) and actors.max ({actors['max']})",
+            actors["count"],
+        )
+
+
+def _plugin_checks(plan: dict[str, Any], registry: Registry) -> None:
+    checks = [(name, plan[name], kind, sel) for name, (_, kind, sel) in SECTIONS.items() if kind]
+    for section, (_, kind, _) in LISTS.items():
+        checks += [(f"{section}[{i}]", item, kind, "name") for i, item in enumerate(plan[section])]
+    for path, section, kind, selector in checks:
+        plugin = registry.get(kind, section[selector])  # type: ignore[index]
+        try:
+            plugin.validate(section, plan)
+        except PlanError:
+            raise
+        except ValueError as exc:
+            raise PlanError(path, plugin.doc or f"a valid {kind} configuration", note=str(exc)) \
+                from None

@@ -1,0 +1,209 @@
+"""The roles the coordinator awaits, as typed protocols.
+
+The kernel never imports an RL library: it talks to learners, actor backends, transports,
+scalers, probes, cost models and sinks only through these protocols, so a plugin written
+against them needs nothing else from us. Payloads cross as plain dicts of numpy arrays and
+JSON scalars (what the codec carries); anything heavier stays inside the plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+#: A batch as the learner receives it: the decoded payload an actor pushed. The kernel reads
+#: only the envelope keys (``request_id``, ``version``, ``env_steps``, ``episode_returns``,
+#: ``episode_lengths``, ``receipt``); the algorithm owns ``data``.
+Batch = dict[str, Any]
+
+#: Weights as the learner publishes them: name -> numpy array, plus any JSON-able extras
+#: (observation-normalisation statistics travel here).
+Weights = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """One actor call. ``event`` is the JSON body every backend sends, so the same handler
+    runs in AWS Lambda, behind the local endpoint and in the local worker pool."""
+
+    request_id: str
+    version: int
+    round: int
+    event: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """What an actor reports about one invocation (the small JSON the handler returns)."""
+
+    request_id: str
+    ok: bool
+    version: int = -1
+    env_steps: int = 0
+    episodes: int = 0
+    duration_ms: float = 0.0
+    billed_ms: int = 0
+    cold_start: bool = False
+    bytes_pushed: int = 0
+    attempts: int = 1
+    throttles: int = 0
+    error: str | None = None
+    #: Set when the backend hands the batch back itself (the in-memory transport path).
+    payload: bytes | None = field(default=None, repr=False, compare=False)
+
+
+class InvocationFailed(Exception):
+    """An invocation that gave up: the round goes on without it."""
+
+    def __init__(self, request_id: str, reason: str, *, attempts: int = 1, throttles: int = 0):
+        super().__init__(f"invocation {request_id} failed: {reason}")
+        self.request_id = request_id
+        self.reason = reason
+        self.attempts = attempts
+        self.throttles = throttles
+
+
+@runtime_checkable
+class Learner(Protocol):
+    """The algorithm's learner. Every method but ``actor_spec`` may run in a worker thread."""
+
+    def actor_spec(self) -> dict[str, Any]:
+        """JSON-able description an actor needs to build the policy (goes in every event)."""
+
+    def weights(self) -> Weights:
+        """Current policy weights and normalisation statistics, as numpy arrays."""
+
+    def update(self, batches: Sequence[Batch]) -> dict[str, float]:
+        """Train on the round's batches; return scalar diagnostics (losses, KL, entropy...)."""
+
+    def state(self) -> dict[str, Any]:
+        """Everything needed to resume: model, optimiser, statistics (codec-encodable)."""
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        """Restore what ``state`` returned."""
+
+
+class ActorBackend(Protocol):
+    """Runs invocations. ``invoke`` is called once per actor per round, as concurrent tasks."""
+
+    async def start(self, ctx: PluginContext) -> None: ...
+
+    async def invoke(self, invocation: Invocation) -> Receipt:
+        """Run one invocation and return its receipt, or raise ``InvocationFailed``."""
+
+    async def close(self) -> None: ...
+
+
+class Transport(Protocol):
+    """The learner's side of the data plane: weights out, batches in."""
+
+    async def start(self, ctx: PluginContext) -> None: ...
+
+    def public_spec(self) -> dict[str, Any]:
+        """What an actor needs to reach this transport, with no secret in it."""
+
+    async def publish_weights(self, version: int, payload: bytes) -> None: ...
+
+    async def weights_payload(self, version: int) -> bytes | None:
+        """The encoded weights of ``version``, if still held."""
+
+    async def deliver(self, payload: bytes) -> None:
+        """Accept a batch that a backend handed back itself (in-process transports)."""
+
+    async def next_batch(self, timeout: float) -> tuple[str, bytes] | None:
+        """The next (message id, payload), or None after ``timeout`` seconds."""
+
+    async def ack(self, message_ids: Sequence[str]) -> None:
+        """Mark batches as used, so a restarted learner does not read them again."""
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class RoundRecord:
+    """The facts about one finished round that scalers, cost models and stop rules read."""
+
+    round: int
+    actors: int
+    env_steps: int
+    batches: int
+    round_s: float
+    learner_s: float
+    probe_s: float
+    actor_durations_ms: list[float]
+    cold_starts: int
+    eval_return: float | None
+    episode_return_mean: float | None
+    probes: dict[str, float]
+    cost_usd: float = 0.0
+    sim_time_s: float = 0.0
+
+
+@dataclass(slots=True)
+class ScaleContext:
+    """What a scaler may look at to choose the next round's actor count."""
+
+    round: int
+    current: int
+    n_min: int
+    n_max: int
+    history: list[RoundRecord]
+    budget_left_usd: float | None
+    cost_per_actor_usd: float | None
+    rng: np.random.Generator
+
+
+class Scaler(Protocol):
+    def decide(self, ctx: ScaleContext) -> int:
+        """Actor count for the next round (the kernel clips it to [n_min, n_max])."""
+
+
+@dataclass(slots=True)
+class ProbeContext:
+    round: int
+    learner: Any
+    batches: Sequence[Batch]
+    seed: int
+
+
+class Probe(Protocol):
+    #: Measure every ``every`` rounds (1 = each round).
+    every: int
+
+    def measure(self, ctx: ProbeContext) -> dict[str, float]:
+        """Runs in a worker thread. Return named scalars; ``eval_return`` is special: it feeds
+        the summary's best/final eval return and the ``target_return`` stop rule."""
+
+
+class CostModel(Protocol):
+    def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
+        """Dollar charges of one round by item (``actors_usd``, ``learner_usd``, ...)."""
+
+    def estimate_actor_usd(self, record: RoundRecord | None) -> float | None:
+        """Expected cost of one more actor in a round like ``record`` (for budget caps)."""
+
+    def estimate_round_usd(self, record: RoundRecord, actors: int) -> float:
+        """Expected cost of a round like ``record`` run with ``actors`` actors."""
+
+
+class Sink(Protocol):
+    async def handle(self, event: Any) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+@dataclass(slots=True)
+class PluginContext:
+    """Handed to every plugin factory: its own config plus what the run knows."""
+
+    name: str
+    config: dict[str, Any]
+    plan: dict[str, Any]
+    run_id: str
+    run_dir: Any  # pathlib.Path; Any keeps this module free of filesystem assumptions
+    seed: int
+    bus: Any
+    transport: Any = None

@@ -1,0 +1,311 @@
+"""A pool of warm worker processes that behaves like a serverless platform.
+
+Each worker runs ``handler(event, context)`` calls one at a time and keeps whatever the handler
+caches (envs, policy, connections) between them, like a warm Lambda execution environment.
+Workers come from a forkserver that preloads heavy modules once (a fresh Python importing
+torch costs ~1 s here; a fork of a preloaded server ~25 ms). Calls are asyncio futures, so
+fan-out is N awaits on a fixed pool, never a process per call.
+
+Requests and replies cross the pipes as msgpack (``send_bytes``), not pickle. A call that
+outlives its deadline gets its worker killed and replaced; a worker that dies mid-call fails
+that call only. Both raise ``WorkerFailed`` with a reason the caller counts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import msgpack
+import structlog
+
+log = structlog.get_logger("kernel.workers")
+
+
+class WorkerFailed(Exception):
+    def __init__(self, reason: str, detail: str = ""):
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+        self.detail = detail
+
+
+class HandlerError(Exception):
+    """The handler raised: carries the error type and message as Lambda reports them."""
+
+    def __init__(self, error_type: str, message: str, trace: list[str]):
+        super().__init__(f"{error_type}: {message}")
+        self.error_type = error_type
+        self.message = message
+        self.trace = trace
+
+
+@dataclass
+class InvokeContext:
+    """The ``context`` argument handlers receive, shaped like AWS Lambda's."""
+
+    aws_request_id: str
+    function_name: str
+    memory_limit_in_mb: int
+    deadline_ms: float
+    #: Bytes the caller attached (e.g. weights for an in-process transport), or None when the
+    #: worker already holds the attachment with the same tag.
+    attachment: bytes | None = None
+    attachment_tag: str | None = None
+    #: Bytes the handler hands back beside its JSON result (e.g. a batch).
+    returned_payload: bytes | None = field(default=None, repr=False)
+    function_version: str = "$LATEST"
+    invoked_function_arn: str = ""
+    log_group_name: str = ""
+    log_stream_name: str = ""
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int(self.deadline_ms - time.time() * 1000))
+
+
+@dataclass
+class CallResult:
+    result: Any
+    payload: bytes | None
+    duration_ms: float
+    worker: int
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _worker_main(conn: Connection, worker_id: int, initializer: str | None) -> None:
+    """Body of a worker process: serve calls until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
+    if initializer:
+        _resolve(initializer)()
+    functions: dict[str, Callable[..., Any]] = {}
+    attachment: tuple[str | None, bytes | None] = (None, None)
+    while True:
+        try:
+            raw = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        req = msgpack.unpackb(raw, raw=False)
+        if req.get("attachment") is not None:
+            attachment = (req.get("attachment_tag"), req["attachment"])
+        held = attachment[1] if attachment[0] == req.get("attachment_tag") else None
+        context = InvokeContext(
+            aws_request_id=req["request_id"],
+            function_name=req["function"],
+            memory_limit_in_mb=req.get("memory_mb", 0),
+            deadline_ms=req["deadline_ms"],
+            attachment=held,
+            attachment_tag=req.get("attachment_tag"),
+        )
+        start = time.perf_counter()
+        try:
+            fn = functions.get(req["target"])
+            if fn is None:
+                fn = functions[req["target"]] = _resolve(req["target"])
+            result = fn(req["event"], context)
+            reply = {"ok": True, "result": result, "payload": context.returned_payload}
+        except Exception as exc:
+            reply = {
+                "ok": False,
+                "error_type": type(exc).__name__,
+                "message": str(exc),
+                "trace": traceback.format_exception(exc)[-6:],
+            }
+        reply["duration_ms"] = (time.perf_counter() - start) * 1000
+        try:
+            conn.send_bytes(msgpack.packb(reply, use_bin_type=True, default=_plain))
+        except (BrokenPipeError, OSError):
+            return
+        except TypeError as exc:
+            err = {"ok": False, "error_type": "TypeError",
+                   "message": f"handler result is not JSON-like: {exc}", "trace": [],
+                   "duration_ms": reply["duration_ms"]}
+            conn.send_bytes(msgpack.packb(err, use_bin_type=True))
+
+
+def _plain(obj: Any) -> Any:
+    if hasattr(obj, "item"):
+        return obj.item()
+    raise TypeError(type(obj).__name__)
+
+
+class _Worker:
+    def __init__(self, wid: int, process: Any, conn: Connection):
+        self.id = wid
+        self.process = process
+        self.conn = conn
+        self.attachment_tag: str | None = None
+        self.calls = 0
+
+    def kill(self) -> None:
+        with contextlib.suppress(Exception):
+            self.process.kill()
+        with contextlib.suppress(Exception):
+            self.conn.close()
+        with contextlib.suppress(Exception):
+            self.process.join(timeout=1)
+
+
+class WorkerPool:
+    """``size`` warm processes serving calls of ``module:function`` handlers."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        preload: Sequence[str] = (),
+        initializer: str | None = None,
+        name: str = "nitro-worker",
+    ):
+        if size < 1:
+            raise ValueError(f"worker pool needs at least 1 worker, got {size}")
+        self.size = size
+        self.name = name
+        self._initializer = initializer
+        method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+        self._mp = multiprocessing.get_context(method)
+        if method == "forkserver" and preload:
+            self._mp.set_forkserver_preload(list(preload))
+        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        self._workers: dict[int, _Worker] = {}
+        self._next_id = 0
+        self._closed = False
+        self.started_workers = 0
+        self.killed_workers = 0
+
+    async def start(self) -> None:
+        workers = await asyncio.gather(*(asyncio.to_thread(self._spawn) for _ in range(self.size)))
+        for worker in workers:
+            self._idle.put_nowait(worker)
+
+    def _spawn(self) -> _Worker:
+        parent, child = self._mp.Pipe(duplex=True)
+        self._next_id += 1
+        wid = self._next_id
+        process = self._mp.Process(
+            target=_worker_main,
+            args=(child, wid, self._initializer),
+            name=f"{self.name}-{wid}",
+            daemon=True,
+        )
+        process.start()
+        child.close()
+        worker = _Worker(wid, process, parent)
+        self._workers[wid] = worker
+        self.started_workers += 1
+        return worker
+
+    async def _replace(self, worker: _Worker) -> None:
+        self._workers.pop(worker.id, None)
+        await asyncio.to_thread(worker.kill)
+        self.killed_workers += 1
+        if not self._closed:
+            self._idle.put_nowait(await asyncio.to_thread(self._spawn))
+
+    async def call(
+        self,
+        target: str,
+        event: dict[str, Any],
+        *,
+        request_id: str,
+        timeout_s: float,
+        function: str = "nitro-actor",
+        memory_mb: int = 0,
+        attachment: bytes | None = None,
+        attachment_tag: str | None = None,
+    ) -> CallResult:
+        """Run ``target(event, context)`` in a warm worker; raise ``WorkerFailed`` or
+        ``HandlerError``. ``timeout_s`` covers waiting for a free worker too."""
+        if self._closed:
+            raise WorkerFailed("closed", "worker pool is closed")
+        deadline = time.monotonic() + timeout_s
+        try:
+            worker = await asyncio.wait_for(self._idle.get(), timeout_s)
+        except TimeoutError:
+            raise WorkerFailed("timeout", "no free worker before the deadline") from None
+        send_attachment = attachment if worker.attachment_tag != attachment_tag else None
+        request = {
+            "target": target,
+            "event": event,
+            "request_id": request_id,
+            "function": function,
+            "memory_mb": memory_mb,
+            "deadline_ms": time.time() * 1000 + (deadline - time.monotonic()) * 1000,
+            "attachment": send_attachment,
+            "attachment_tag": attachment_tag,
+        }
+        try:
+            worker.conn.send_bytes(msgpack.packb(request, use_bin_type=True))
+            raw = await self._receive(worker, deadline - time.monotonic())
+        except TimeoutError:
+            log.warning("worker_killed", worker=worker.id, request_id=request_id, reason="timeout")
+            await self._replace(worker)
+            raise WorkerFailed("timeout", f"no reply within {timeout_s:.1f}s") from None
+        except (EOFError, OSError, BrokenPipeError) as exc:
+            code = worker.process.exitcode
+            log.warning("worker_died", worker=worker.id, request_id=request_id, exitcode=code)
+            await self._replace(worker)
+            raise WorkerFailed("worker_died", f"exit code {code}: {exc!r}") from None
+        except asyncio.CancelledError:
+            # The reply would arrive on a pipe nobody reads: this worker cannot be reused.
+            await asyncio.shield(self._replace(worker))
+            raise
+        worker.attachment_tag = attachment_tag
+        worker.calls += 1
+        self._idle.put_nowait(worker)
+        reply = msgpack.unpackb(raw, raw=False)
+        if not reply["ok"]:
+            raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []))
+        return CallResult(reply["result"], reply.get("payload"), reply["duration_ms"], worker.id)
+
+    async def _receive(self, worker: _Worker, timeout: float) -> bytes:
+        loop = asyncio.get_running_loop()
+        ready = loop.create_future()
+        fd = worker.conn.fileno()
+
+        def on_readable() -> None:
+            if not ready.done():
+                ready.set_result(None)
+
+        loop.add_reader(fd, on_readable)
+        try:
+            await asyncio.wait_for(ready, max(timeout, 0.0))
+        finally:
+            loop.remove_reader(fd)
+        # The whole message may still be in flight: read it off the loop's thread.
+        return await asyncio.to_thread(worker.conn.recv_bytes)
+
+    async def close(self) -> None:
+        self._closed = True
+        workers = list(self._workers.values())
+        self._workers.clear()
+        for worker in workers:
+            with contextlib.suppress(Exception):
+                worker.conn.close()
+        await asyncio.to_thread(_join_all, workers)
+
+    def pids(self) -> list[int]:
+        return [w.process.pid for w in self._workers.values() if w.process.pid]
+
+
+def _join_all(workers: list[_Worker]) -> None:
+    for worker in workers:
+        worker.process.join(timeout=2)
+        if worker.process.is_alive():
+            worker.kill()
+
+
+def default_worker_count() -> int:
+    return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 1)

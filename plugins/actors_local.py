@@ -1,0 +1,107 @@
+"""The ``local`` actor backend: a warm process pool that behaves like a serverless platform.
+
+Each invocation is stateless from the caller's side; a warm worker keeps its env and policy
+between invocations; cold starts are counted; each invocation's duration is measured. With
+``simulate = true`` the run's clock and bill are those of N concurrent cloud functions:
+``simulated_actor_s`` is the invocation latency plus the slowest actor, plus a cold start for
+actors beyond the warm pool the simulated cloud has kept so far.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import structlog
+
+from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt
+from kernel.workers import HandlerError, WorkerFailed, WorkerPool, default_worker_count
+
+log = structlog.get_logger("plugins.actors_local")
+
+HANDLER = "plugins.handler:handler"
+#: Modules the forkserver imports once, so a new worker costs a fork, not a torch import.
+PRELOAD = ("numpy", "torch", "gymnasium", "envs", "algos.policy", "plugins.handler")
+
+
+class LocalBackend:
+    def __init__(self, ctx: PluginContext):
+        cfg = ctx.config
+        self.transport = ctx.transport
+        self.workers = cfg["workers"] or default_worker_count()
+        self.timeout_s = float(cfg.get("timeout_s") or cfg["deadline_s"])
+        self.retries = int(cfg.get("retries", 1))
+        self.memory_mb = int(cfg.get("memory_mb", 1769))
+        self.simulate = bool(cfg.get("simulate", False))
+        self.invoke_latency_s = float(cfg.get("sim_invoke_latency_s", 0.03))
+        self.cold_start_s = float(cfg.get("sim_cold_start_s", 1.0))
+        self._sim_warm_pool = 0
+        self._inline = self.transport.public_spec().get("kind") == "inline"
+        self.pool: WorkerPool | None = None
+        self._counts = {"worker_deaths": 0, "worker_kills": 0, "handler_errors": 0}
+
+    async def start(self, ctx: PluginContext) -> None:
+        self.pool = WorkerPool(self.workers, preload=PRELOAD,
+                               initializer="plugins.handler:init_worker", name="nitro-actor")
+        await self.pool.start()
+        log.info("local_pool_started", workers=self.workers, simulate=self.simulate)
+
+    async def invoke(self, invocation: Invocation) -> Receipt:
+        assert self.pool is not None
+        attachment = tag = None
+        if self._inline:
+            attachment = await self.transport.weights_payload(invocation.version)
+            tag = f"weights:{invocation.version}"
+            if attachment is None:
+                raise InvocationFailed(invocation.request_id, "weights_gone")
+        attempts = 0
+        while True:
+            attempts += 1
+            try:
+                result = await self.pool.call(
+                    HANDLER, invocation.event, request_id=invocation.request_id,
+                    timeout_s=self.timeout_s, memory_mb=self.memory_mb,
+                    attachment=attachment, attachment_tag=tag,
+                )
+                break
+            except WorkerFailed as exc:
+                self._counts["worker_kills" if exc.reason == "timeout" else "worker_deaths"] += 1
+                # A crashed worker is retried (the platform would run it elsewhere); a hung one
+                # already used up the deadline.
+                if exc.reason == "worker_died" and attempts <= self.retries:
+                    continue
+                raise InvocationFailed(invocation.request_id, exc.reason,
+                                       attempts=attempts) from None
+            except HandlerError as exc:
+                self._counts["handler_errors"] += 1
+                log.warning("handler_error", request_id=invocation.request_id,
+                            error=str(exc), trace="".join(exc.trace[-2:]))
+                raise InvocationFailed(invocation.request_id, f"handler: {exc}",
+                                       attempts=attempts) from None
+        r = result.result
+        return Receipt(
+            request_id=invocation.request_id, ok=True, version=int(r["version"]),
+            env_steps=int(r["env_steps"]), episodes=int(r["episodes"]),
+            duration_ms=float(r["duration_ms"]), billed_ms=math.ceil(r["duration_ms"]),
+            cold_start=bool(r["cold_start"]), bytes_pushed=int(r.get("bytes_pushed", 0)),
+            attempts=attempts, payload=result.payload,
+        )
+
+    def simulated_actor_s(self, receipts: Sequence[Receipt]) -> float:
+        """Time N concurrent cloud functions would take for this round's invocations."""
+        ok = [r for r in receipts if r.ok]
+        if not ok:
+            return self.invoke_latency_s
+        n = len(receipts)
+        cold = max(0, n - self._sim_warm_pool)
+        self._sim_warm_pool = max(self._sim_warm_pool, n)
+        slowest = max(r.duration_ms for r in ok) / 1000
+        return self.invoke_latency_s + slowest + (self.cold_start_s if cold else 0.0)
+
+    def counters(self) -> dict[str, Any]:
+        return dict(self._counts)
+
+    async def close(self) -> None:
+        if self.pool is not None:
+            await self.pool.close()

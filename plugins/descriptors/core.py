@@ -1,0 +1,72 @@
+"""Descriptors of the core plugins: PPO, local actors, memory transport, eval, console."""
+
+from __future__ import annotations
+
+from kernel.registry import Plugin
+from kernel.schema import Field
+
+PPO_CONFIG = {
+    "learning_rate": Field("float", 3e-4, "Adam learning rate at the start.", min=0,
+                           min_exclusive=True),
+    "gamma": Field("float", 0.99, "Discount factor.", min=0, max=1),
+    "gae_lambda": Field("float", 0.95, "GAE lambda.", min=0, max=1),
+    "num_minibatches": Field("int", 4, "Minibatches per epoch.", min=1),
+    "update_epochs": Field("int", 4, "Epochs over each round's batch.", min=1),
+    "norm_adv": Field("bool", True, "Normalise advantages per minibatch."),
+    "clip_coef": Field("float", 0.2, "Surrogate clipping coefficient.", min=0, min_exclusive=True),
+    "clip_vloss": Field("bool", True, "Clip the value loss as in the PPO paper."),
+    "ent_coef": Field("float", 0.0, "Entropy bonus coefficient.", min=0),
+    "vf_coef": Field("float", 0.5, "Value loss coefficient.", min=0),
+    "max_grad_norm": Field("float", 0.5, "Gradient clipping norm.", min=0, min_exclusive=True),
+    "target_kl": Field("float", None, "Stop the epochs early past this KL.", min=0,
+                       min_exclusive=True),
+    "anneal_lr": Field("bool", True, "Anneal the learning rate linearly to 0."),
+    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
+    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
+    "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
+}
+
+LOCAL_CONFIG = {
+    "simulate": Field("bool", False, "Account time and cost as N concurrent cloud functions."),
+    "timeout_s": Field("float", None, "Per-invocation deadline (default: actors.deadline_s).",
+                       min=0, min_exclusive=True),
+    "retries": Field("int", 1, "Retries of an invocation whose worker died.", min=0, max=10),
+    "memory_mb": Field("int", 1769, "Function memory the cost model bills.", min=128,
+                       max=10240),
+    "sim_invoke_latency_s": Field("float", 0.03, "Simulated invoke latency.", min=0),
+    "sim_cold_start_s": Field("float", 1.0, "Simulated cold start beyond the warm pool.", min=0),
+}
+
+AWS_COST_CONFIG = {
+    "architecture": Field("str", "x86_64", "Lambda architecture.", choices=("x86_64", "arm64")),
+    "gb_s_usd": Field("float", None, "Price per GB-second (default: us-east-1 list, 2026-11).",
+                      min=0),
+    "request_usd": Field("float", 0.2e-6, "Price per request.", min=0),
+    "learner_usd_per_hour": Field("float", 0.17, "Learner instance price per hour.", min=0),
+    "memory_mb": Field("int", None, "Function memory (default: actors.memory_mb or 1769).",
+                       min=128, max=10240),
+}
+
+PLUGINS = [
+    Plugin("gymnasium", "env", "plugins.env_gymnasium:make",
+           "Gymnasium ids (classic control, MuJoCo v5, ALE v5).",
+           validator="plugins.env_gymnasium:validate"),
+    Plugin("ppo", "algo", "plugins.learner:make_ppo",
+           "PPO: clipped surrogate, GAE, value clipping, entropy bonus (CleanRL-style).",
+           config=PPO_CONFIG, actor="algos.policy:ActorPolicy"),
+    Plugin("local", "actors", "plugins.actors_local:LocalBackend",
+           "Warm worker processes that behave like a serverless platform.", config=LOCAL_CONFIG),
+    Plugin("memory", "transport", "plugins.transport_memory:MemoryTransport",
+           "In-process transport: no server; batches come back with the invocation.",
+           config={"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}),
+    Plugin("fixed", "scaler", "plugins.scalers:FixedScaler", "Always actors.count."),
+    Plugin("eval", "probe", "plugins.probe_eval:EvalProbe",
+           "Deterministic-policy episodes; reports eval_return.",
+           config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)}),
+    Plugin("aws", "cost", "plugins.cost_aws:AwsCost",
+           "AWS Lambda GB-s + requests, learner instance per hour.", config=AWS_COST_CONFIG),
+    Plugin("console", "sink", "plugins.sinks:ConsoleSink", "One line per round on stdout."),
+    Plugin("jsonl", "sink", "plugins.sinks:JsonlSink", "Chosen events as JSON lines.",
+           config={"path": Field("str", "rounds.jsonl", "File in the run directory."),
+                   "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all).")}),
+]

@@ -1,0 +1,22 @@
+"""The ``gymnasium`` env provider: checks ids at plan validation (before anything starts)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kernel.schema import PlanError
+
+
+def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
+    from envs import check_env_id
+
+    try:
+        check_env_id(section["id"])
+    except ValueError as exc:
+        raise PlanError("env.id", "a registered gymnasium environment id", section["id"],
+                        note=str(exc)) from None
+
+
+def make(ctx: Any) -> None:
+    """Envs are built by actors and probes from the env spec; nothing runs on the learner."""
+    return None

@@ -1,0 +1,169 @@
+"""The kernel's ``Learner`` role for on-policy algorithms, around a pure algorithm core.
+
+The core (``algos.ppo.PPO`` or any object with ``actor_spec``, ``weights``, ``update(rollout,
+progress)``, ``state_dict`` and ``load_state_dict``) does the math. This shell does what the
+distributed setting adds: checking batches before they reach the math, merging the actors'
+observation and return statistics (so the run normalises like a single process), scaling
+rewards, concatenating the round's fragments and tracking progress for annealing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from envs import RunningMeanStd, describe
+from kernel.roles import Batch, PluginContext
+
+ROLLOUT_KEYS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
+                "bootstrap_values", "last_obs", "last_values")
+#: Scaled rewards are clipped like gymnasium's NormalizeReward + TransformReward stack.
+REWARD_CLIP = 10.0
+
+
+def resolve_device(name: str) -> str:
+    if name != "auto":
+        return name
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+class OnPolicyLearner:
+    def __init__(self, ctx: PluginContext, core: Any, spaces: dict[str, Any], algo: str):
+        self.core = core
+        self.spaces = spaces
+        self.algo = algo
+        env = ctx.plan["env"]
+        self.steps = ctx.plan["actors"]["steps"]
+        self.num_envs = env["num_envs"]
+        self.stop = ctx.plan["stop"]
+        obs_shape = tuple(spaces["obs_shape"])
+        self.obs_rms = RunningMeanStd(obs_shape) if env["normalize_obs"] else None
+        self.ret_rms = RunningMeanStd(()) if env["normalize_reward"] else None
+        self.trained_env_steps = 0
+        self.updates = 0
+        self._lock = threading.Lock()  # probes read weights while nothing else trains
+
+    # -- what actors need ---------------------------------------------------------------------
+
+    def actor_spec(self) -> dict[str, Any]:
+        return {"algo": self.algo, **self.core.actor_spec()}
+
+    def weights(self) -> dict[str, Any]:
+        with self._lock:
+            out: dict[str, Any] = {"model": self.core.weights()}
+            if self.obs_rms is not None:
+                out["obs_rms"] = self.obs_rms.to_dict()
+            return out
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def check_batch(self, body: Mapping[str, Any]) -> None:
+        """Reject a batch whose arrays do not fit this run before it can reach the math."""
+        data = body.get("data")
+        if not isinstance(data, dict):
+            raise ValueError("batch has no data table")
+        for key in ROLLOUT_KEYS:
+            if not isinstance(data.get(key), np.ndarray):
+                raise ValueError(f"batch data lacks array {key!r}")
+        obs_shape = tuple(self.spaces["obs_shape"])
+        t, e = data["rewards"].shape[:2] if data["rewards"].ndim == 2 else (-1, -1)
+        if t != self.steps or e < 1:
+            raise ValueError(f"rewards shape {data['rewards'].shape}, expected ({self.steps}, E)")
+        if data["obs"].shape != (t, e, *obs_shape):
+            raise ValueError(f"obs shape {data['obs'].shape}, expected {(t, e, *obs_shape)}")
+        if data["last_obs"].shape != (e, *obs_shape) or data["last_values"].shape != (e,):
+            raise ValueError("last_obs / last_values do not match the batch")
+        for key in ("logprobs", "values", "terminated", "truncated", "bootstrap_values"):
+            if data[key].shape != (t, e):
+                raise ValueError(f"{key} shape {data[key].shape}, expected {(t, e)}")
+        action = self.spaces["action"]
+        want = (t, e) if action["kind"] == "discrete" else (t, e, *action["shape"])
+        if data["actions"].shape != want:
+            raise ValueError(f"actions shape {data['actions'].shape}, expected {want}")
+        for key in ("obs", "rewards", "values", "logprobs", "bootstrap_values"):
+            if data[key].dtype.kind == "f" and not np.isfinite(data[key]).all():
+                raise ValueError(f"{key} holds NaN or infinity")
+        if action["kind"] == "discrete" and (
+            data["actions"].min(initial=0) < 0 or data["actions"].max(initial=0) >= action["n"]
+        ):
+            raise ValueError("discrete action out of range")
+
+    # -- learning -----------------------------------------------------------------------------
+
+    def progress(self) -> float:
+        if self.stop.get("max_env_steps"):
+            return self.trained_env_steps / self.stop["max_env_steps"]
+        if self.stop.get("max_rounds"):
+            return self.updates / self.stop["max_rounds"]
+        return 0.0
+
+    def update(self, batches: Sequence[Batch]) -> dict[str, float]:
+        with self._lock:
+            for batch in batches:
+                stats = batch.get("stats", {})
+                if self.obs_rms is not None and "obs_stats" in stats:
+                    self.obs_rms.merge(stats["obs_stats"])
+                if self.ret_rms is not None and "ret_stats" in stats:
+                    self.ret_rms.merge(stats["ret_stats"])
+            rollout = {
+                key: np.concatenate([b["data"][key] for b in batches], axis=1 if key not in (
+                    "last_obs", "last_values") else 0)
+                for key in ROLLOUT_KEYS
+            }
+            rewards = rollout["rewards"].astype(np.float32)
+            if self.ret_rms is not None:
+                rewards = np.clip(rewards / np.sqrt(self.ret_rms.var + 1e-8), -REWARD_CLIP,
+                                  REWARD_CLIP).astype(np.float32)
+            rollout["rewards"] = rewards
+            metrics = self.core.update(rollout, self.progress())
+            self.trained_env_steps += int(sum(int(b["env_steps"]) for b in batches))
+            self.updates += 1
+            if self.ret_rms is not None:
+                metrics["reward_scale"] = float(1.0 / np.sqrt(self.ret_rms.var + 1e-8))
+            return metrics
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "core": self.core.state_dict(),
+                "obs_rms": self.obs_rms.to_dict() if self.obs_rms is not None else None,
+                "ret_rms": self.ret_rms.to_dict() if self.ret_rms is not None else None,
+                "trained_env_steps": self.trained_env_steps,
+                "updates": self.updates,
+            }
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        with self._lock:
+            self.core.load_state_dict(state["core"])
+            if self.obs_rms is not None and state.get("obs_rms") is not None:
+                self.obs_rms = RunningMeanStd.from_dict(state["obs_rms"])
+            if self.ret_rms is not None and state.get("ret_rms") is not None:
+                self.ret_rms = RunningMeanStd.from_dict(state["ret_rms"])
+            self.trained_env_steps = int(state["trained_env_steps"])
+            self.updates = int(state["updates"])
+
+
+def make_ppo(ctx: PluginContext) -> OnPolicyLearner:
+    import torch
+
+    from algos.ppo import PPO, PPOConfig
+
+    cfg = {k: v for k, v in ctx.config.items() if k not in ("name",)}
+    cfg["hidden_sizes"] = tuple(cfg.get("hidden_sizes", (64, 64)))
+    torch.manual_seed(ctx.seed)
+    spaces = describe(_env_spec(ctx.plan))
+    core = PPO(spaces, PPOConfig(**cfg), device=resolve_device(ctx.plan["run"]["device"]))
+    return OnPolicyLearner(ctx, core, spaces, ctx.name)
+
+
+def _env_spec(plan: Mapping[str, Any]) -> dict[str, Any]:
+    env = {k: v for k, v in plan["env"].items() if k != "provider"}
+    env["gamma"] = float(plan["algo"].get("gamma", 0.99))
+    return env
