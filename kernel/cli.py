@@ -52,14 +52,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _extra_commands() -> list[Any]:
-    """Sub-commands living in their own modules (lambda serve/deploy, report)."""
+    """Sub-commands that plugins add through the ``nitro.commands`` entry-point group (lambda
+    serve/deploy, report): each entry point is ``register(subparsers)``."""
+    from importlib.metadata import entry_points
+
     commands = []
-    for module in ("kernel.lambda_cli", "kernel.report_cli"):
+    for ep in entry_points(group="nitro.commands"):
         try:
-            mod = __import__(module, fromlist=["register"])
-        except ImportError:
-            continue
-        commands.append(mod.register)
+            commands.append(ep.load())
+        except ImportError as exc:
+            sys.stderr.write(f"nitro: command {ep.name!r} unavailable: {exc}\n")
     return commands
 
 

@@ -85,9 +85,12 @@ def _resolve(target: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _worker_main(conn: Connection, worker_id: int, initializer: str | None) -> None:
+def _worker_main(
+    conn: Connection, worker_id: int, initializer: str | None, env: dict[str, str]
+) -> None:
     """Body of a worker process: serve calls until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
+    os.environ.update(env)  # e.g. a Redis password, as a function's environment would hold
     if initializer:
         _resolve(initializer)()
     functions: dict[str, Callable[..., Any]] = {}
@@ -168,12 +171,14 @@ class WorkerPool:
         preload: Sequence[str] = (),
         initializer: str | None = None,
         name: str = "nitro-worker",
+        env: dict[str, str] | None = None,
     ):
         if size < 1:
             raise ValueError(f"worker pool needs at least 1 worker, got {size}")
         self.size = size
         self.name = name
         self._initializer = initializer
+        self._env = dict(env or {})
         method = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
         self._mp = multiprocessing.get_context(method)
         if method == "forkserver" and preload:
@@ -196,7 +201,7 @@ class WorkerPool:
         wid = self._next_id
         process = self._mp.Process(
             target=_worker_main,
-            args=(child, wid, self._initializer),
+            args=(child, wid, self._initializer, self._env),
             name=f"{self.name}-{wid}",
             daemon=True,
         )

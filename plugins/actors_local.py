@@ -42,8 +42,12 @@ class LocalBackend:
         self._counts = {"worker_deaths": 0, "worker_kills": 0, "handler_errors": 0}
 
     async def start(self, ctx: PluginContext) -> None:
+        # Secrets the actors need (a Redis password) reach workers as their environment, the
+        # way a Lambda function gets them: never inside an event.
+        environment = getattr(self.transport, "actor_environment", None)
         self.pool = WorkerPool(self.workers, preload=PRELOAD,
-                               initializer="plugins.handler:init_worker", name="nitro-actor")
+                               initializer="plugins.handler:init_worker", name="nitro-actor",
+                               env=environment() if environment else {})
         await self.pool.start()
         log.info("local_pool_started", workers=self.workers, simulate=self.simulate)
 

@@ -46,6 +46,7 @@ class OnPolicyLearner:
         self.ret_rms = RunningMeanStd(()) if env["normalize_reward"] else None
         self.trained_env_steps = 0
         self.updates = 0
+        self.last_rollout: dict[str, np.ndarray] | None = None
         self._lock = threading.Lock()  # probes read weights while nothing else trains
 
     # -- what actors need ---------------------------------------------------------------------
@@ -120,6 +121,8 @@ class OnPolicyLearner:
                 rewards = np.clip(rewards / np.sqrt(self.ret_rms.var + 1e-8), -REWARD_CLIP,
                                   REWARD_CLIP).astype(np.float32)
             rollout["rewards"] = rewards
+            # Probes (Hessian, gradient noise) measure the loss on exactly what was trained on.
+            self.last_rollout = rollout
             metrics = self.core.update(rollout, self.progress())
             self.trained_env_steps += int(sum(int(b["env_steps"]) for b in batches))
             self.updates += 1
