@@ -107,6 +107,7 @@ class Coordinator:
         state: RunState,
         publish: Callable[[ev.Event], None],
         stop_requested: asyncio.Event,
+        rng: np.random.Generator,
     ):
         self.plan = plan
         self.run_id = run_id
@@ -114,7 +115,7 @@ class Coordinator:
         self.state = state
         self.publish = publish
         self.stop_requested = stop_requested
-        self.rng = np.random.default_rng(plan["run"]["seed"] + 7919)
+        self.rng = rng
         self._batch_task: asyncio.Task[tuple[str, bytes] | None] | None = None
         self._env_spec = {
             **{k: plan["env"][k] for k in plan["env"] if k != "provider"},

@@ -28,11 +28,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import structlog
 import tomli_w
 
+from kernel import checkpoint, logs
 from kernel import events as ev
-from kernel import logs
 from kernel.bus import Bus, Policy
 from kernel.coordinator import Coordinator, PluginCrashed, Roles, RunState, blame
 from kernel.plan import load_plan
@@ -52,12 +53,13 @@ class Engine:
         *,
         out_dir: str | os.PathLike[str] | None = None,
         registry: Registry | None = None,
-        resume: Any = None,
+        resume: dict[str, Any] | None = None,
     ):
         self.plan = plan
         self.registry = registry or default_registry()
         self.bus = Bus()
-        self.run_id = _run_id(plan["run"]["name"])
+        # A resumed run keeps its id, so its Redis stream and weights are found again.
+        self.run_id = resume["run_id"] if resume else _run_id(plan["run"]["name"])
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         self.run_dir = Path(out_dir) if out_dir else (
             Path(plan["run"]["out_dir"]) / f"{plan['run']['name']}-{stamp}"
@@ -67,6 +69,12 @@ class Engine:
         self.stop_reason: str | None = None
         self.summary: dict[str, Any] | None = None
         self._resume = resume
+        self.rng = np.random.default_rng(plan["run"]["seed"] + 7919)
+        ckpt = plan["checkpoint"]
+        self.checkpointer = (
+            checkpoint.Checkpointer(self.run_dir, ckpt["every"], ckpt["keep"])
+            if ckpt["enabled"] else None
+        )
         self._started: list[tuple[str, str, Any]] = []
         self._roles: Roles | None = None
         self._sinks: list[tuple[str, Any]] = []
@@ -139,7 +147,9 @@ class Engine:
         )
         del seed
         if self._resume is not None:
-            await asyncio.to_thread(self._resume.restore, self)
+            with blame("algo", plan["algo"]["name"]):
+                await asyncio.to_thread(checkpoint.restore, self, self._resume)
+            log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
 
     async def _make(self, kind: str, name: str, config: dict[str, Any], transport: Any = None
                     ) -> Any:
@@ -217,7 +227,7 @@ class Engine:
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
         self._t_start = time.perf_counter()
         coordinator = Coordinator(self.plan, self.run_id, self._roles, self.state, self.publish,
-                                  self.stop_requested)
+                                  self.stop_requested, self.rng)
         reason = "error"
         sink_subs = [
             (name, sink, self.bus.subscribe(f"sink-{name}", maxsize=8192))
@@ -255,30 +265,44 @@ class Engine:
         return self.summary or {}
 
     async def _loop(self, coordinator: Coordinator) -> str:
-        limits = self.plan["stop"]
         s = self.state
         while True:
             if self.stop_requested.is_set():
                 return self.stop_reason or "requested"
+            reached = self._limit_reached()  # also on entry: a resumed run may be done
+            if reached:
+                return reached
             if not coordinator.can_afford_next_round():
                 return "budget"
             record = await coordinator.run_round()
             if record is None:
                 return self.stop_reason or "requested"
-            if limits["max_rounds"] is not None and s.round >= limits["max_rounds"]:
-                return "max_rounds"
-            if limits["max_env_steps"] is not None and s.env_steps >= limits["max_env_steps"]:
-                return "max_env_steps"
-            target = limits["target_return"]
+            if self.checkpointer is not None and self.checkpointer.due(s.round):
+                await asyncio.to_thread(self.checkpointer.save, self)
+            target = self.plan["stop"]["target_return"]
             if target is not None and record.eval_return is not None and \
                     record.eval_return >= target:
                 return "target_return"
-            if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
-                return "max_wall_s"
-            if limits["budget_usd"] is not None and s.cost_usd >= limits["budget_usd"]:
-                return "budget"
             if s.counters.empty_rounds >= 3:
                 return "actors_failing"
+
+    def _limit_reached(self) -> str | None:
+        limits, s = self.plan["stop"], self.state
+        if limits["max_rounds"] is not None and s.round >= limits["max_rounds"]:
+            return "max_rounds"
+        if limits["max_env_steps"] is not None and s.env_steps >= limits["max_env_steps"]:
+            return "max_env_steps"
+        if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
+            return "max_wall_s"
+        if limits["budget_usd"] is not None and s.cost_usd >= limits["budget_usd"]:
+            return "budget"
+        return None
+
+    def coordinator_rng_state(self) -> dict[str, Any]:
+        return self.rng.bit_generator.state
+
+    def restore_coordinator_rng(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state
 
     def wall_s(self) -> float:
         return self._wall_before + (time.perf_counter() - self._t_start)
@@ -287,10 +311,11 @@ class Engine:
         """Runs on every way out: checkpoint hook, RunStopped, summary.json."""
         if self.stop_reason and reason in ("requested", "cancelled"):
             reason = self.stop_reason if reason == "requested" else reason
-        checkpointer = getattr(self, "checkpointer", None)
-        if checkpointer is not None and not reason.startswith("error"):
-            with contextlib.suppress(Exception):
-                await asyncio.to_thread(checkpointer.save, self, True)
+        if self.checkpointer is not None and not reason.startswith("error"):
+            try:
+                await asyncio.to_thread(self.checkpointer.save, self, True)
+            except Exception as exc:  # the summary must still be written
+                log.error("checkpoint_failed", error=repr(exc))
         s = self.state
         self.publish(ev.RunStopped(reason=reason, rounds=s.round, env_steps=s.env_steps,
                                    wall_s=self.wall_s()))

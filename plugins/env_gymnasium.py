@@ -15,6 +15,16 @@ def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
     except ValueError as exc:
         raise PlanError("env.id", "a registered gymnasium environment id", section["id"],
                         note=str(exc)) from None
+    # Build one env now: bad kwargs or an unsupported space must fail before work starts,
+    # not in every actor.
+    from envs import describe
+
+    spec = {k: v for k, v in section.items() if k != "provider"}
+    try:
+        describe(spec)
+    except Exception as exc:
+        raise PlanError("env.kwargs", f"arguments {section['id']} accepts",
+                        section["kwargs"], note=f"{type(exc).__name__}: {exc}") from None
 
 
 def make(ctx: Any) -> None:

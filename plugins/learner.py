@@ -133,9 +133,12 @@ class OnPolicyLearner:
     # -- checkpoints --------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
+        import torch
+
         with self._lock:
             return {
-                "core": self.core.state_dict(),
+                "core": to_numpy_tree(self.core.state_dict()),
+                "torch_rng": torch.get_rng_state().numpy(),
                 "obs_rms": self.obs_rms.to_dict() if self.obs_rms is not None else None,
                 "ret_rms": self.ret_rms.to_dict() if self.ret_rms is not None else None,
                 "trained_env_steps": self.trained_env_steps,
@@ -143,14 +146,51 @@ class OnPolicyLearner:
             }
 
     def load_state(self, state: Mapping[str, Any]) -> None:
+        import torch
+
         with self._lock:
-            self.core.load_state_dict(state["core"])
+            self.core.load_state_dict(to_torch_tree(state["core"]))
+            if state.get("torch_rng") is not None:
+                torch.set_rng_state(torch.from_numpy(np.array(state["torch_rng"])))
             if self.obs_rms is not None and state.get("obs_rms") is not None:
                 self.obs_rms = RunningMeanStd.from_dict(state["obs_rms"])
             if self.ret_rms is not None and state.get("ret_rms") is not None:
                 self.ret_rms = RunningMeanStd.from_dict(state["ret_rms"])
             self.trained_env_steps = int(state["trained_env_steps"])
             self.updates = int(state["updates"])
+
+
+_INT_KEYS = "__int_keys__"
+
+
+def to_numpy_tree(obj: Any) -> Any:
+    """torch state dicts as codec-encodable trees: tensors to numpy, int-keyed maps (the
+    optimiser's per-parameter state) to tagged lists (msgpack maps take string keys here)."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu().numpy().copy()
+    if isinstance(obj, dict):
+        if obj and all(isinstance(k, int) for k in obj):
+            return {_INT_KEYS: [[k, to_numpy_tree(v)] for k, v in obj.items()]}
+        return {str(k): to_numpy_tree(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_numpy_tree(v) for v in obj]
+    return obj
+
+
+def to_torch_tree(obj: Any) -> Any:
+    import torch
+
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.array(obj))
+    if isinstance(obj, dict):
+        if set(obj) == {_INT_KEYS}:
+            return {int(k): to_torch_tree(v) for k, v in obj[_INT_KEYS]}
+        return {k: to_torch_tree(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [to_torch_tree(v) for v in obj]
+    return obj
 
 
 def make_ppo(ctx: PluginContext) -> OnPolicyLearner:
