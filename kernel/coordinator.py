@@ -126,13 +126,39 @@ class Coordinator:
 
     async def run_round(self) -> RoundRecord | None:
         """Run one round; return its record, or None if a stop request cut it short."""
-        s, roles, actors_cfg = self.state, self.roles, self.plan["actors"]
+        s, actors_cfg = self.state, self.plan["actors"]
         t_round = time.perf_counter()
         number, n = s.round + 1, s.actors_next
-        version = s.version + 1
-        self.publish(ev.RoundStarted(round=number, actors=n, version=version))
+        self.publish(ev.RoundStarted(round=number, actors=n, version=s.version + 1))
 
         # 2. Weights (and normalisation statistics) encoded once, published under a new version.
+        version = await self.publish_weights(number)
+
+        # 3-5. Fan out N invocations, gather their batches until N, or by the deadline.
+        actor_spec = self.actor_spec()
+        invocations = [self._invocation(number, version, i, actor_spec) for i in range(n)]
+        t_actors = time.perf_counter()
+        gathered = await self._gather(number, version, invocations, actors_cfg["deadline_s"])
+        if gathered is None:
+            return None
+        batches, receipts, message_ids = gathered
+        actor_s = time.perf_counter() - t_actors
+
+        # 6. Learner update in a worker thread: the loop keeps serving observers meanwhile.
+        metrics, learner_s = await self.update(number, version, batches, message_ids)
+        # 7-10. Probes, cost, scaler, the round's facts.
+        return await self.finish_round(
+            number, n, batches, receipts, metrics, t_round=t_round, actor_s=actor_s,
+            learner_s=learner_s, actor_idle_s=n * learner_s,
+        )
+
+    def actor_spec(self) -> dict[str, Any]:
+        with blame("algo", self.roles.names["algo"]):
+            return self.roles.learner.actor_spec()
+
+    async def publish_weights(self, number: int) -> int:
+        s, roles = self.state, self.roles
+        version = s.version + 1
         with blame("algo", roles.names["algo"]):
             weights = await asyncio.to_thread(roles.learner.weights)
         t0 = time.perf_counter()
@@ -147,40 +173,46 @@ class Coordinator:
             ev.WeightsPublished(round=number, version=version, bytes=len(payload),
                                 encode_ms=encode_ms)
         )
+        return version
 
-        # 3-5. Fan out N invocations, gather their batches until N, or by the deadline.
-        with blame("algo", roles.names["algo"]):
-            actor_spec = roles.learner.actor_spec()
-        invocations = [self._invocation(number, version, i, actor_spec) for i in range(n)]
-        t_actors = time.perf_counter()
-        gathered = await self._gather(number, version, invocations, actors_cfg["deadline_s"])
-        if gathered is None:
-            return None
-        batches, receipts, message_ids = gathered
-        actor_s = time.perf_counter() - t_actors
-
-        # 6. Learner update in a worker thread: the loop keeps serving observers meanwhile.
-        metrics: dict[str, float] = {}
-        learner_s = 0.0
-        round_steps = sum(int(b["env_steps"]) for b in batches)
-        if batches:
-            t0 = time.perf_counter()
-            with blame("algo", roles.names["algo"]):
-                metrics = await asyncio.to_thread(roles.learner.update, batches)
-            learner_s = time.perf_counter() - t0
-            with blame("transport", roles.names["transport"]):
-                await roles.transport.ack(message_ids)
-            s.env_steps += round_steps
-            s.counters.empty_rounds = 0
-            self.publish(ev.LearnerUpdated(round=number, version=version, learner_s=learner_s,
-                                           metrics=_finite(metrics)))
-        else:
+    async def update(self, number: int, version: int, batches: list[Batch],
+                     message_ids: list[str]) -> tuple[dict[str, float], float]:
+        s, roles = self.state, self.roles
+        if not batches:
             s.counters.empty_rounds += 1
-            log.warning("round_without_batches", round=number, actors=n)
+            log.warning("round_without_batches", round=number)
+            return {}, 0.0
+        t0 = time.perf_counter()
+        with blame("algo", roles.names["algo"]):
+            metrics = await asyncio.to_thread(roles.learner.update, batches)
+        learner_s = time.perf_counter() - t0
+        # Acknowledged only now: a learner that dies mid-update re-reads these batches.
+        with blame("transport", roles.names["transport"]):
+            await roles.transport.ack(message_ids)
+        s.env_steps += sum(int(b["env_steps"]) for b in batches)
+        s.counters.empty_rounds = 0
+        self.publish(ev.LearnerUpdated(round=number, version=version, learner_s=learner_s,
+                                       metrics=_finite(metrics)))
+        return metrics, learner_s
 
+    async def finish_round(
+        self,
+        number: int,
+        n: int,
+        batches: list[Batch],
+        receipts: list[Receipt],
+        metrics: dict[str, float],
+        *,
+        t_round: float,
+        actor_s: float,
+        learner_s: float,
+        actor_idle_s: float,
+    ) -> RoundRecord:
+        s, roles = self.state, self.roles
         # 7. Probes measure the updated policy.
         probe_values, probe_s = await self._probe(number, batches)
 
+        round_steps = sum(int(b["env_steps"]) for b in batches)
         episodes = np.concatenate(
             [np.asarray(b["episode_returns"], dtype=np.float64) for b in batches]
         ) if batches else np.zeros(0)
@@ -230,6 +262,8 @@ class Coordinator:
                 episode_return_mean=record.episode_return_mean, eval_return=eval_return,
                 round_s=record.round_s, actor_s=actor_s, learner_s=learner_s, probe_s=probe_s,
                 wall_s=0.0, cost_usd=s.cost_usd, sim_time_s=s.sim_time_s,
+                learner_busy=learner_s / record.round_s if record.round_s > 0 else 0.0,
+                actor_idle_s=actor_idle_s,
                 probes=_finite(probe_values), metrics=_finite(metrics),
             )
         )
@@ -374,8 +408,11 @@ class Coordinator:
         expected: set[str],
         batches: dict[str, Batch],
         message_ids: list[str],
+        max_lag: int = 0,
     ) -> None:
-        """Decode and check one batch; keep it, or drop/reject it with a counted reason."""
+        """Decode and check one batch; keep it, or drop/reject it with a counted reason.
+
+        A batch sampled more than ``max_lag`` versions ago is stale (sync rounds: 0)."""
         s = self.state
         message_id, payload = message
         message_ids.append(message_id)  # acknowledged either way: a bad payload never improves
@@ -401,7 +438,8 @@ class Coordinator:
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="duplicate"))
             return
-        if got_version != version or rid not in expected or body["run_id"] != self.run_id:
+        if not version - max_lag <= got_version <= version or rid not in expected or \
+                body["run_id"] != self.run_id:
             s.counters.stale_batches += 1
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="stale"))

@@ -33,6 +33,7 @@ import structlog
 import tomli_w
 
 from kernel import checkpoint, logs
+from kernel.async_rounds import OverlappedRounds
 from kernel import events as ev
 from kernel.bus import Bus, Policy
 from kernel.coordinator import Coordinator, PluginCrashed, Roles, RunState, blame
@@ -228,6 +229,8 @@ class Engine:
         self._t_start = time.perf_counter()
         coordinator = Coordinator(self.plan, self.run_id, self._roles, self.state, self.publish,
                                   self.stop_requested, self.rng)
+        mode = self.plan["run"]["mode"]
+        rounds: Any = coordinator if mode == "sync" else OverlappedRounds(coordinator, mode)
         reason = "error"
         sink_subs = [
             (name, sink, self.bus.subscribe(f"sink-{name}", maxsize=8192))
@@ -242,7 +245,7 @@ class Engine:
                 for name, sink, sub in sink_subs:
                     tg.create_task(_drain(name, sink, sub), name=f"sink-{name}")
                 try:
-                    reason = await self._loop(coordinator)
+                    reason = await self._loop(coordinator, rounds)
                 except PluginCrashed as exc:
                     reason = f"error: {exc}"
                     self.publish(ev.PluginFailed(plugin=exc.name, kind=exc.kind,
@@ -254,6 +257,8 @@ class Engine:
                     reason = "cancelled"
                     raise
                 finally:
+                    if rounds is not coordinator:
+                        await rounds.close()
                     await coordinator.close()
                     await self._on_stop(reason)
                     self.bus.close()
@@ -264,7 +269,7 @@ class Engine:
             raise
         return self.summary or {}
 
-    async def _loop(self, coordinator: Coordinator) -> str:
+    async def _loop(self, coordinator: Coordinator, rounds: Any) -> str:
         s = self.state
         while True:
             if self.stop_requested.is_set():
@@ -274,7 +279,7 @@ class Engine:
                 return reached
             if not coordinator.can_afford_next_round():
                 return "budget"
-            record = await coordinator.run_round()
+            record = await rounds.run_round()
             if record is None:
                 return self.stop_reason or "requested"
             if self.checkpointer is not None and self.checkpointer.due(s.round):

@@ -107,6 +107,17 @@ class LearnerUpdated(Event):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class VersionLag(Event):
+    """Policy-version lag of the batches one asynchronous update consumed."""
+
+    round: int
+    mean: float
+    max: int
+    histogram: dict[str, int]
+    dropped_stale: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeMeasured(Event):
     round: int
     probe: str
@@ -148,6 +159,10 @@ class RoundFinished(Event):
     wall_s: float
     cost_usd: float
     sim_time_s: float
+    #: Fraction of the round the learner spent updating (overlap shows as a higher value).
+    learner_busy: float = 0.0
+    #: Actor-seconds spent waiting for the learner (strict alternation: N x learner time).
+    actor_idle_s: float = 0.0
     probes: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 

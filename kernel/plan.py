@@ -25,8 +25,10 @@ RUN = {
     "device": Field("str", "auto", "torch device of the learner: auto, cpu, cuda, cuda:N."),
     "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
     "mode": Field(
-        "str", "sync", "sync: rounds as in DESIGN.md; async: keep actors in flight.",
-        choices=("sync", "async"),
+        "str", "sync",
+        "sync: rounds as in DESIGN.md; pipelined: the next fan-out samples (one version stale) "
+        "while the learner trains; async: keep actors in flight, learn as batches arrive.",
+        choices=("sync", "pipelined", "async"),
     ),
 }
 STOP = {
@@ -62,6 +64,9 @@ ACTORS = {
         "float", 300.0, "Gathering deadline per round; late actors are left behind.", min=0,
         min_exclusive=True,
     ),
+    "max_lag": Field("int", 2, "async: drop batches more than this many versions old.", min=0),
+    "batches_per_update": Field(
+        "int", 0, "async: batches per learner update (0: the actor count).", min=0),
     "min_fraction": Field(
         "float", 0.5, "Fraction of batches a round needs before it may go on at the deadline.",
         min=0, max=1,
