@@ -33,8 +33,8 @@ import structlog
 import tomli_w
 
 from kernel import checkpoint, logs
-from kernel.async_rounds import OverlappedRounds
 from kernel import events as ev
+from kernel.async_rounds import OverlappedRounds
 from kernel.bus import Bus, Policy
 from kernel.coordinator import Coordinator, PluginCrashed, Roles, RunState, blame
 from kernel.plan import load_plan
