@@ -1,0 +1,67 @@
+"""``python -m kernel lambda serve|deploy``: registered through the ``nitro.commands`` entry
+point (``lambda = "plugins.lambda_cli:register"``). The heavy modules (aiohttp, aiobotocore)
+are imported only when a sub-command runs, so ``python -m kernel --help`` stays fast."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from typing import Any
+
+
+def register(sub: Any) -> None:
+    """Add ``lambda`` with its ``serve`` and ``deploy`` sub-commands to the kernel's CLI."""
+    parser = sub.add_parser("lambda", help="AWS Lambda: local endpoint, deployment")
+    commands = parser.add_subparsers(dest="lambda_command", required=True,
+                                     parser_class=type(parser))
+    serve = commands.add_parser(
+        "serve", help="a local endpoint speaking Lambda's Invoke API (warm worker processes)")
+    add_serve_arguments(serve)
+    serve.set_defaults(handler=_serve)
+    deploy = commands.add_parser(
+        "deploy", help="create or update the actor function from a container image")
+    add_deploy_arguments(deploy)
+    deploy.set_defaults(handler=_deploy)
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=9001)
+    parser.add_argument("--function", default="nitro-actor", help="function name served")
+    parser.add_argument("--handler", default="plugins.handler:handler",
+                        help="module:function to run")
+    parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2,
+                        help="reserved concurrency: warm workers; more sync calls get 429")
+    parser.add_argument("--timeout-s", type=float, default=300.0, help="function timeout")
+    parser.add_argument("--memory-mb", type=int, default=1769, help="reported memory size")
+    parser.add_argument("--retry-after-s", type=float, default=1.0,
+                        help="Retry-After sent with a throttle")
+    parser.add_argument("--preload", default=None,
+                        help="comma-separated modules the forkserver imports once")
+    parser.add_argument("--initializer", default=None, help="module:function run per worker")
+
+
+def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--image-uri", required=True, help="ECR image URI (repo:tag or @digest)")
+    parser.add_argument("--role", required=True, help="execution role ARN of the function")
+    parser.add_argument("--function", default="nitro-actor")
+    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--memory-mb", type=int, default=1769)
+    parser.add_argument("--timeout-s", type=int, default=300)
+    parser.add_argument("--architecture", default="x86_64", choices=("x86_64", "arm64"))
+    parser.add_argument("--env", action="append", default=[], metavar="KEY=VAL",
+                        help="function environment variable (repeatable), e.g. REDIS_URL=...")
+    parser.add_argument("--reserved-concurrency", type=int, default=None)
+    parser.add_argument("--endpoint-url", default=None, help="Lambda API endpoint (tests)")
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from plugins.lambda_endpoint import run_from_args
+
+    return run_from_args(args)
+
+
+def _deploy(args: argparse.Namespace) -> int:
+    from plugins.lambda_deploy import run_from_args
+
+    return run_from_args(args)

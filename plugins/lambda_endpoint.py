@@ -1,0 +1,362 @@
+"""A local endpoint that speaks AWS Lambda's Invoke HTTP API, backed by warm worker processes.
+
+``POST /2015-03-31/functions/{name}/invocations`` behaves as Lambda's does, so the ``lambda``
+actor backend's aiobotocore path (signing, typed errors, retries, timeouts) is exercised end to
+end on one machine:
+
+- ``RequestResponse``: 200 and the handler's JSON result; a handler exception is still a 200,
+  with ``X-Amz-Function-Error: Unhandled`` and ``{"errorMessage", "errorType", "stackTrace"}``.
+- ``Event``: 202 at once; the handler runs in the background, queued for a free slot the way
+  Lambda's internal queue holds async invocations (they are never throttled back to the caller).
+- ``DryRun``: 204.
+- More concurrent synchronous invocations than ``--concurrency`` get HTTP 429
+  ``TooManyRequestsException`` (``Reason`` ``ReservedFunctionConcurrentInvocationLimitExceeded``,
+  ``Retry-After``); an unknown function or qualifier gets 404 ``ResourceNotFoundException``.
+- A handler that outlives ``--timeout-s`` has its worker killed, and the caller gets 200 with
+  ``errorType`` ``Sandbox.Timedout``, as Lambda reports a timed-out function.
+
+The handler runs in ``kernel.workers.WorkerPool`` processes (one per unit of concurrency) that
+stay warm between invocations and inherit this server's environment, so ``REDIS_URL`` and
+``NITRO_REDIS_PASSWORD`` reach the handler the way a function's environment variables would.
+Request signatures are not checked: this endpoint is for loopback testing, not a security
+boundary.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import contextlib
+import json
+import math
+import os
+import signal
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+from aiohttp import web
+
+from kernel.workers import HandlerError, WorkerFailed, WorkerPool
+
+log = structlog.get_logger("plugins.lambda_endpoint")
+
+DEFAULT_HANDLER = "plugins.handler:handler"
+DEFAULT_FUNCTION = "nitro-actor"
+INVOKE_PATH = "/2015-03-31/functions/{name}/invocations"
+#: Lambda's payload limits: 6 MB for synchronous invocations, 1 MB for asynchronous ones.
+SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
+EVENT_PAYLOAD_LIMIT = 1024 * 1024
+#: ``X-Amz-Log-Result`` carries the last 4 KB of the invocation's log.
+LOG_TAIL_BYTES = 4096
+
+
+@dataclass
+class EndpointConfig:
+    host: str = "127.0.0.1"
+    port: int = 9001
+    function: str = DEFAULT_FUNCTION
+    handler: str = DEFAULT_HANDLER
+    concurrency: int = 4
+    timeout_s: float = 300.0
+    memory_mb: int = 1769
+    #: What a throttled caller is told to wait (Lambda sends whole seconds; tests want less).
+    retry_after_s: float = 1.0
+    preload: Sequence[str] | None = None
+    initializer: str | None = None
+    region: str = "us-east-1"
+    account: str = "000000000000"
+
+
+@dataclass
+class EndpointStats:
+    """What the endpoint has seen, served at ``GET /_nitro/stats`` (not part of Lambda's API)."""
+
+    requests: int = 0
+    invocations: int = 0
+    event_invocations: int = 0
+    dry_runs: int = 0
+    throttled: int = 0
+    not_found: int = 0
+    function_errors: int = 0
+    timeouts: int = 0
+    cold_starts: int = 0
+    in_flight: int = 0
+    peak_in_flight: int = 0
+    request_ids: list[str] = field(default_factory=list)
+
+
+def default_preload(handler: str) -> tuple[str, ...]:
+    """The actor function's heavy modules, preloaded once in the forkserver like the local
+    backend does; a custom handler preloads nothing unless asked."""
+    if handler == DEFAULT_HANDLER:
+        from plugins.actors_local import PRELOAD
+
+        return PRELOAD
+    return ()
+
+
+class LambdaEndpoint:
+    """The server's lifecycle shell: ``start`` returns once the pool is warm and the port is
+    bound (started means ready), ``close`` drains in-flight invocations, then the pool."""
+
+    def __init__(self, config: EndpointConfig):
+        self.config = config
+        self.stats = EndpointStats()
+        self.pool: WorkerPool | None = None
+        self._slots = asyncio.Semaphore(config.concurrency)
+        self._background: set[asyncio.Task[None]] = set()
+        self._runner: web.AppRunner | None = None
+        self._closing = False
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        cfg = self.config
+        preload = cfg.preload if cfg.preload is not None else default_preload(cfg.handler)
+        initializer = cfg.initializer
+        if initializer is None and cfg.handler == DEFAULT_HANDLER:
+            initializer = "plugins.handler:init_worker"
+        self.pool = WorkerPool(cfg.concurrency, preload=preload, initializer=initializer or None,
+                               name=f"lambda-{cfg.function}", env=dict(os.environ))
+        await self.pool.start()
+        app = web.Application(client_max_size=SYNC_PAYLOAD_LIMIT + 1024)
+        app.router.add_post(INVOKE_PATH, self._invoke)
+        app.router.add_get("/_nitro/stats", self._stats)
+        self._runner = web.AppRunner(app, handle_signals=False, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, cfg.host, cfg.port)
+        await site.start()
+        log.info("lambda_endpoint_ready", url=f"http://{cfg.host}:{cfg.port}",
+                 function=cfg.function, handler=cfg.handler, concurrency=cfg.concurrency,
+                 timeout_s=cfg.timeout_s)
+
+    async def close(self, drain_s: float = 10.0) -> None:
+        """Stop accepting, let running invocations finish (up to ``drain_s``), stop workers."""
+        self._closing = True
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        if self._background:
+            _, pending = await asyncio.wait(self._background, timeout=drain_s)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        if self.pool is not None:
+            await self.pool.close()
+            self.pool = None
+        log.info("lambda_endpoint_closed", invocations=self.stats.invocations,
+                 throttled=self.stats.throttled, cold_starts=self.stats.cold_starts)
+
+    # -- the Invoke API ----------------------------------------------------------------------
+
+    async def _invoke(self, request: web.Request) -> web.Response:
+        self.stats.requests += 1
+        name = request.match_info["name"]
+        qualifier = request.query.get("Qualifier")
+        if ":" in name and not name.startswith("arn:"):  # "name:qualifier"
+            name, _, qualifier = name.partition(":")
+        if name.startswith("arn:"):  # arn:aws:lambda:region:account:function:name[:qualifier]
+            parts = name.split(":")
+            name = parts[6] if len(parts) > 6 else ""
+            qualifier = parts[7] if len(parts) > 7 else qualifier
+        if name != self.config.function or qualifier not in (None, "", "$LATEST"):
+            self.stats.not_found += 1
+            return _service_error(404, "ResourceNotFoundException", {
+                "Type": "User",
+                "Message": f"Function not found: {self._arn(name)}"
+                           + (f":{qualifier}" if qualifier else ""),
+            })
+        kind = request.headers.get("X-Amz-Invocation-Type", "RequestResponse")
+        if kind not in ("RequestResponse", "Event", "DryRun"):
+            return _service_error(400, "InvalidParameterValueException", {
+                "Type": "User", "message": f"Unsupported invocation type {kind!r}"})
+        body = await request.read()
+        limit = EVENT_PAYLOAD_LIMIT if kind == "Event" else SYNC_PAYLOAD_LIMIT
+        if len(body) > limit:
+            return _service_error(413, "RequestTooLargeException", {
+                "Type": "User",
+                "message": f"Request must be smaller than {limit} bytes for the {kind} invocation"
+                           " type"})
+        try:
+            event = json.loads(body) if body else {}
+        except (ValueError, UnicodeDecodeError):
+            return _service_error(400, "InvalidRequestContentException", {
+                "Type": "User", "message": "Could not parse request body into json"})
+        if kind == "DryRun":
+            self.stats.dry_runs += 1
+            return web.Response(status=204, headers=_version_header())
+        request_id = str(uuid.uuid4())
+        if self._closing:
+            return _service_error(503, "ServiceException", {
+                "Type": "Service", "Message": "endpoint is shutting down"})
+        if kind == "Event":
+            self.stats.event_invocations += 1
+            task = asyncio.create_task(self._run_event(event, request_id), name=request_id)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            return web.Response(status=202, headers={"x-amzn-RequestId": request_id})
+        if self._slots.locked():
+            self.stats.throttled += 1
+            return _service_error(429, "TooManyRequestsException", {
+                "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded",
+                "Type": "User",
+                "message": "Rate Exceeded.",
+                "retryAfterSeconds": _seconds(self.config.retry_after_s),
+            }, headers={"Retry-After": _seconds(self.config.retry_after_s)})
+        async with self._slots:
+            status, payload, error, tail = await self._execute(event, request_id)
+        headers = {"x-amzn-RequestId": request_id, **_version_header(),
+                   "Content-Type": "application/json"}
+        if error:
+            headers["X-Amz-Function-Error"] = "Unhandled"
+        if request.headers.get("X-Amz-Log-Type") == "Tail":
+            headers["X-Amz-Log-Result"] = base64.b64encode(
+                tail.encode()[-LOG_TAIL_BYTES:]).decode()
+        return web.Response(status=status, body=payload, headers=headers)
+
+    async def _run_event(self, event: Any, request_id: str) -> None:
+        """An asynchronous invocation waits in line for a slot, as in Lambda's event queue."""
+        async with self._slots:
+            _, _, error, _ = await self._execute(event, request_id)
+        if error:
+            log.warning("event_invocation_failed", request_id=request_id)
+
+    async def _execute(self, event: Any, request_id: str) -> tuple[int, bytes, bool, str]:
+        """Run the handler in a warm worker: (status, body, function error?, log text)."""
+        assert self.pool is not None
+        cfg, stats = self.config, self.stats
+        stats.invocations += 1
+        stats.in_flight += 1
+        stats.peak_in_flight = max(stats.peak_in_flight, stats.in_flight)
+        if len(stats.request_ids) < 10_000:
+            stats.request_ids.append(request_id)
+        t0 = time.perf_counter()
+        lines = [f"START RequestId: {request_id} Version: $LATEST"]
+        try:
+            result = await self.pool.call(
+                cfg.handler, event, request_id=request_id, timeout_s=cfg.timeout_s,
+                function=cfg.function, memory_mb=cfg.memory_mb,
+            )
+            try:
+                payload, error = json.dumps(result.result).encode(), False
+            except (TypeError, ValueError) as exc:
+                payload, error = _error_body("Runtime.MarshalError",
+                                             f"Unable to marshal response: {exc}", []), True
+            if isinstance(result.result, dict) and result.result.get("cold_start"):
+                stats.cold_starts += 1
+        except HandlerError as exc:
+            payload, error = _error_body(exc.error_type, exc.message, exc.trace), True
+            lines.append(f"[ERROR] {exc.error_type}: {exc.message}")
+        except WorkerFailed as exc:
+            error = True
+            if exc.reason == "timeout":
+                stats.timeouts += 1
+                message = (f"RequestId: {request_id} Error: Task timed out after "
+                           f"{cfg.timeout_s:.2f} seconds")
+                payload = _error_body("Sandbox.Timedout", message, [])
+            else:
+                message = f"RequestId: {request_id} Error: Runtime exited: {exc.detail}"
+                payload = _error_body("Runtime.ExitError", message, [])
+            lines.append(message)
+        finally:
+            stats.in_flight -= 1
+        if error:
+            stats.function_errors += 1
+        duration_ms = (time.perf_counter() - t0) * 1000
+        lines += [
+            f"END RequestId: {request_id}",
+            f"REPORT RequestId: {request_id}\tDuration: {duration_ms:.2f} ms\t"
+            f"Billed Duration: {math.ceil(duration_ms)} ms\tMemory Size: {cfg.memory_mb} MB",
+        ]
+        return 200, payload, error, "\n".join(lines) + "\n"
+
+    async def _stats(self, request: web.Request) -> web.Response:
+        body = {k: v for k, v in vars(self.stats).items() if k != "request_ids"}
+        return web.json_response(body)
+
+    def _arn(self, name: str) -> str:
+        return f"arn:aws:lambda:{self.config.region}:{self.config.account}:function:{name}"
+
+
+def _seconds(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+def _version_header() -> dict[str, str]:
+    return {"X-Amz-Executed-Version": "$LATEST"}
+
+
+def _error_body(error_type: str, message: str, trace: Sequence[str]) -> bytes:
+    return json.dumps({"errorMessage": message, "errorType": error_type,
+                       "stackTrace": [line.rstrip("\n") for line in trace]}).encode()
+
+
+def _service_error(status: int, error_type: str, body: dict[str, Any],
+                   headers: dict[str, str] | None = None) -> web.Response:
+    """A service error as Lambda sends it: the type in ``x-amzn-ErrorType``, details in JSON."""
+    return web.Response(
+        status=status, body=json.dumps(body).encode(),
+        headers={"x-amzn-ErrorType": error_type, "x-amzn-RequestId": str(uuid.uuid4()),
+                 "Content-Type": "application/json", **(headers or {})},
+    )
+
+
+async def serve(config: EndpointConfig, stop: asyncio.Event | None = None) -> None:
+    """Run until SIGINT/SIGTERM (or ``stop``), then drain and shut down cleanly."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
+        loop.add_signal_handler(sig, stop.set)
+    endpoint = LambdaEndpoint(config)
+    try:
+        await endpoint.start()
+        await stop.wait()
+    finally:
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+        with contextlib.suppress(Exception):
+            await endpoint.close()
+
+
+def config_from_args(args: argparse.Namespace) -> EndpointConfig:
+    if args.concurrency < 1:
+        raise ValueError("--concurrency must be at least 1")
+    preload = None if args.preload is None else tuple(
+        m.strip() for m in args.preload.split(",") if m.strip())
+    return EndpointConfig(
+        host=args.host, port=args.port, function=args.function, handler=args.handler,
+        concurrency=args.concurrency, timeout_s=args.timeout_s, memory_mb=args.memory_mb,
+        retry_after_s=args.retry_after_s, preload=preload, initializer=args.initializer,
+    )
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    from kernel import logs
+
+    logs.configure("info")
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        log.error("bad_arguments", error=str(exc))
+        return 2
+    asyncio.run(serve(config))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from plugins.lambda_cli import add_serve_arguments
+
+    parser = argparse.ArgumentParser(prog="python -m plugins.lambda_endpoint",
+                                     description="Local AWS Lambda Invoke API endpoint.")
+    add_serve_arguments(parser)
+    return run_from_args(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
