@@ -1,0 +1,230 @@
+"""Scalers on hand-made histories (0/0 and NaN included), the budget cap, and an engine run
+whose bill must stay inside its budget."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from kernel.roles import PluginContext, RoundRecord, ScaleContext
+from plugins.scalers import (
+    FixedScaler,
+    GnsScaler,
+    MaxScaler,
+    MinScaler,
+    NitroScaler,
+    RandomScaler,
+    RewardSlopeScaler,
+    ScheduleScaler,
+    budget_cap,
+)
+
+PLAN = {"actors": {"count": 3, "min": 1, "max": 16}}
+
+
+def make(cls: type, **config: Any) -> Any:
+    return cls(PluginContext(name="s", config={"name": "s", **config}, plan=PLAN, run_id="t",
+                             run_dir=None, seed=0, bus=None))
+
+
+def rec(round_: int, *, actors: int = 2, probes: dict[str, float] | None = None,
+        eval_return: float | None = None, cost_usd: float = 0.0) -> RoundRecord:
+    return RoundRecord(round=round_, actors=actors, env_steps=0, batches=actors, round_s=1.0,
+                       learner_s=0.1, probe_s=0.1, actor_durations_ms=[100.0] * actors,
+                       cold_starts=0, eval_return=eval_return, episode_return_mean=None,
+                       probes=probes or {}, cost_usd=cost_usd)
+
+
+def sctx(history: list[RoundRecord], *, current: int = 2, n_min: int = 1, n_max: int = 16,
+         budget_left: float | None = None, per_actor: float | None = None,
+         seed: int = 0) -> ScaleContext:
+    return ScaleContext(round=history[-1].round if history else 0, current=current,
+                        n_min=n_min, n_max=n_max, history=history,
+                        budget_left_usd=budget_left, cost_per_actor_usd=per_actor,
+                        rng=np.random.default_rng(seed))
+
+
+def run(scaler: Any, rhos: list[float | None], key: str = "hessian_ratio",
+        current: int = 2, **kw: Any) -> list[int]:
+    """Feed rounds 1.. one by one, as the coordinator does; return the decisions."""
+    history: list[RoundRecord] = []
+    out = []
+    for t, rho in enumerate(rhos, start=1):
+        history.append(rec(t, actors=current, probes={} if rho is None else {key: rho}))
+        current = scaler.decide(sctx(history, current=current, **kw))
+        out.append(current)
+    return out
+
+
+# ---- nitro -----------------------------------------------------------------------------------
+
+
+def test_nitro_by_hand() -> None:
+    # decay 0.5, window 3, N_max 16, N_min 1. x_t = rho_t * 0.5^t, floor_t = max(16*0.5^t, 1).
+    # t=1: x=1, window [1] (0/0 -> score 1): 16.   t=2: x=0.5, [1, .5] -> 0, floor 4: 4.
+    # t=3: x=1, [1, .5, 1] -> 1: 16.               t=4: x=.25, [.5, 1, .25] -> 0, floor 1: 1.
+    # t=5: NaN -> keep 1.  t=6: missing -> keep 1.  t=7: x=.5, [.5,1,.25]... -> see below.
+    scaler = make(NitroScaler, decay=0.5, window=3)
+    got = run(scaler, [2.0, 2.0, 8.0, 4.0, math.nan, None])
+    assert got == [16, 4, 16, 1, 1, 1]
+    assert scaler.last_detail["skipped"] == 1.0
+    # The window still holds [1, .5, .25] from t = 2..4 (NaN and missing were skipped).
+    assert list(scaler.window) == [0.5, 1.0, 0.25]
+
+
+def test_nitro_score_in_between_and_detail() -> None:
+    scaler = make(NitroScaler, decay=1.0, window=6)
+    history = [rec(1, probes={"hessian_ratio": 0.0})]
+    scaler.decide(sctx(history, n_min=1, n_max=10))
+    history.append(rec(2, probes={"hessian_ratio": 4.0}))
+    scaler.decide(sctx(history, n_min=1, n_max=10))
+    history.append(rec(3, probes={"hessian_ratio": 1.0}))
+    n = scaler.decide(sctx(history, n_min=1, n_max=10))
+    # decay 1: the floor is N_max itself, so N = N_max whatever the score (score = 0.25 here).
+    assert n == 10 and scaler.last_detail["score"] == pytest.approx(0.25)
+
+
+def test_nitro_constant_signal_follows_the_decaying_floor() -> None:
+    # Constant rho: each decayed value is the window's minimum (score 0): N = ceil(floor_t).
+    scaler = make(NitroScaler)
+    got = run(scaler, [3.0] * 30)
+    want = [max(1, math.ceil(16 * 0.96**t - 1e-9)) for t in range(1, 31)]
+    assert got == want
+    assert got[0] == 16 and got[-1] == 5
+
+
+def test_nitro_all_equal_window_uses_flat_score() -> None:
+    scaler = make(NitroScaler, decay=1.0, flat_score=0.5)
+    got = run(scaler, [2.0, 2.0, 2.0], n_min=1, n_max=8)
+    assert got == [8, 8, 8]  # decay 1: floor = N_max
+    assert scaler.last_detail["score"] == 0.5
+
+
+def test_nitro_prototype_compat_differs_as_documented() -> None:
+    # Raw rho in the window, decayed value scored against it, floor decayed twice:
+    # t=1: window [2], 0/0 -> 16.  t=2: window [2, 2], 0/0 -> 16 (the paper's way gives 4).
+    # t=3: window [2, 2, 8], x = 8 * .125 = 1 -> clipped to 0, floor 16 * .5^6 = .25 -> 1.
+    proto = make(NitroScaler, decay=0.5, window=3, prototype_compat=True)
+    assert run(proto, [2.0, 2.0, 8.0]) == [16, 16, 1]
+    paper = make(NitroScaler, decay=0.5, window=3)
+    assert run(paper, [2.0, 2.0, 8.0]) == [16, 4, 16]
+
+
+def test_nitro_is_capped_by_the_budget() -> None:
+    # Budget left 0.5; the last round cost 0.375 with 2 actors at 0.125: fixed part 0.125,
+    # so (0.5 - 0.125) / 0.125 = 3 actors at most.
+    scaler = make(NitroScaler)
+    history = [rec(1, actors=2, probes={"hessian_ratio": 1.0}, cost_usd=0.375)]
+    ctx = sctx(history, budget_left=0.5, per_actor=0.125)
+    assert budget_cap(ctx) == 3
+    assert scaler.decide(ctx) == 3
+    assert scaler.last_detail["budget_cap"] == 3.0
+    # A budget that cannot pay for one actor still returns N_min (the engine then stops).
+    assert scaler.decide(sctx(history, budget_left=0.1, per_actor=0.125)) == 1
+    assert budget_cap(sctx(history, budget_left=None, per_actor=0.125)) is None
+    assert budget_cap(sctx(history, budget_left=1.0, per_actor=None)) is None
+
+
+# ---- baselines -------------------------------------------------------------------------------
+
+
+def test_fixed_min_max() -> None:
+    history = [rec(1)]
+    assert make(FixedScaler).decide(sctx(history)) == 3
+    assert make(FixedScaler, count=5).decide(sctx(history)) == 5
+    assert make(MinScaler).decide(sctx(history, n_min=2)) == 2
+    assert make(MaxScaler).decide(sctx(history, n_max=9)) == 9
+    # Fixed ignores the budget: the engine's budget rule stops the run instead.
+    assert make(FixedScaler).decide(sctx(history, budget_left=0.0, per_actor=1.0)) == 3
+
+
+def test_random_is_seeded_uniform_and_in_bounds() -> None:
+    scaler = make(RandomScaler)
+    history = [rec(1)]
+    ctx = sctx(history, n_min=2, n_max=6, seed=4)
+    draws = [scaler.decide(ctx) for _ in range(300)]
+    assert set(draws) == {2, 3, 4, 5, 6}
+    again = sctx(history, n_min=2, n_max=6, seed=4)
+    assert [scaler.decide(again) for _ in range(300)] == draws
+
+
+def test_gns_boosts_on_a_jump() -> None:
+    history: list[RoundRecord] = []
+    decisions = []
+    for t, g in enumerate([10.0, 11.0, 9.0, 10.0, 30.0, math.nan, 10.5], start=1):
+        history.append(rec(t, probes={"gns": g}))
+        decisions.append(make(GnsScaler).decide(sctx(history, current=7)))
+    # Too little history -> N_min; the jump to 30 -> N_max; NaN -> keep current; 10.5 -> N_min.
+    assert decisions == [1, 1, 1, 1, 16, 7, 1]
+
+
+def test_gns_constant_history_guard() -> None:
+    scaler = make(GnsScaler)
+    history = [rec(t, probes={"gns": 5.0}) for t in range(1, 6)]
+    assert scaler.decide(sctx(history)) == 1 and scaler.last_detail["z"] == 0.0
+    history.append(rec(6, probes={"gns": 6.0}))
+    assert scaler.decide(sctx(history)) == 16 and scaler.last_detail["z"] == math.inf
+
+
+def test_schedules() -> None:
+    up = make(ScheduleScaler, direction="ascend", step=2, every=3)
+    # Round r + 1 runs step (r // every): rounds 1-3 -> 1, 4-6 -> 3, 7-9 -> 5 ...
+    assert [up.decide(sctx([rec(r)])) for r in range(1, 10)] == [1, 1, 3, 3, 3, 5, 5, 5, 7]
+    down = make(ScheduleScaler, direction="descend", steps=[4, 16, 8], every=1)
+    assert [down.decide(sctx([rec(r)])) for r in range(1, 5)] == [8, 4, 4, 4]
+    floor = make(ScheduleScaler, direction="descend", step=8, every=1)
+    assert [floor.decide(sctx([rec(r)])) for r in range(1, 4)] == [8, 1, 1]
+
+
+def test_reward_slope() -> None:
+    def decide(returns: list[float | None], current: int = 4) -> int:
+        history = [rec(t, eval_return=v) for t, v in enumerate(returns, start=1)]
+        return make(RewardSlopeScaler, window=3).decide(sctx(history, current=current))
+
+    assert decide([100.0, 100.0, 100.5]) == 5  # flat: more actors
+    assert decide([100.0, 200.0, 300.0]) == 3  # climbing: fewer
+    assert decide([300.0, 200.0, 100.0]) == 4  # falling: hold
+    assert decide([100.0, None, 100.0]) == 4  # window not filled (a round without eval): hold
+    assert decide([math.nan, 100.0, 100.0, 100.0]) == 5  # NaN skipped
+    assert decide([0.0, 0.0, 0.0], current=16) == 16  # flat but already at N_max
+
+
+# ---- the engine keeps to its budget ----------------------------------------------------------
+
+
+def test_engine_run_stays_inside_its_budget(tmp_path: Path) -> None:
+    from kernel.engine import Engine
+
+    budget = 1e-3
+    plan = tomllib.loads(Path("plans/cartpole.toml").read_text())
+    plan["run"]["name"] = "budget"
+    plan["stop"] = {"max_rounds": 40, "budget_usd": budget}
+    plan["actors"].update(count=2, min=1, max=4, workers=2, simulate=True)
+    plan["scaler"] = {"name": "nitro"}
+    plan["probes"] = [{"name": "hessian", "samples": 256, "max_steps": 30}]
+    plan["sinks"] = []
+    # Round times jitter on a shared 2-core machine; a wider margin keeps this test about the
+    # mechanism (estimate, cap, stop) rather than about the default margin's odds.
+    plan["cost"] = {"name": "aws", "estimate_margin": 2.0}
+    engine = Engine.from_plan(plan, out_dir=tmp_path)
+    summary = asyncio.run(engine.run())
+    assert summary["stop_reason"] == "budget"
+    assert 0 < summary["cost_usd"] <= budget
+    assert summary["rounds"] >= 2
+    assert all(1 <= n <= 4 for n in summary["actors_per_round"])
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").open()]
+    charged = [e for e in events if e["event"] == "CostCharged"]
+    assert len(charged) == summary["rounds"]
+    assert sum(e["round_usd"] for e in charged) == pytest.approx(summary["cost_usd"])
+    scaled = [e for e in events if e["event"] == "ScaleDecided"]
+    assert scaled and all(e["scaler"] == "nitro" for e in scaled)
+    assert any("score" in e["detail"] or e["detail"].get("skipped") for e in scaled)
+    probes = [e for e in events if e["event"] == "ProbeMeasured" and e["probe"] == "hessian"]
+    assert probes and all(e["probe_s"] > 0 for e in probes)
