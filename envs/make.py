@@ -15,6 +15,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envs.atari import is_atari, make_atari_vector_env
+
 __all__ = [
     "DEFAULT_ENV_SPEC",
     "check_env_id",
@@ -35,6 +37,8 @@ DEFAULT_ENV_SPEC: dict[str, Any] = {
     "clip_obs": 10.0,
     "gamma": 0.99,
     "max_episode_steps": None,
+    # None: clip training rewards to their sign for Atari ids only (the DQN/IMPALA convention).
+    "clip_reward": None,
 }
 
 Wrapper = Callable[[gym.Env], gym.Env]
@@ -46,6 +50,8 @@ def resolve_spec(env_spec: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"env spec needs an 'id' key, got keys {sorted(env_spec)}")
     spec = {**DEFAULT_ENV_SPEC, **env_spec}
     spec["kwargs"] = dict(spec["kwargs"] or {})
+    if spec["clip_reward"] is None:
+        spec["clip_reward"] = is_atari(spec["id"])
     return spec
 
 
@@ -89,10 +95,12 @@ def check_env_id(env_id: str) -> None:
 def wrappers_for(env_id: str) -> list[Wrapper]:
     """The wrapper stack for ``env_id``, in the order the wrappers apply (first wraps first).
 
-    This is the extension point for per-family preprocessing (Atari's grey 84x84 frame stack
-    will be added here). Statistics-based wrappers (observation and reward normalisation,
-    episode statistics) are deliberately absent: the ``Sampler`` does them batched over envs
-    and with frozen learner statistics, which per-env wrappers cannot do.
+    This is the extension point for per-family preprocessing of single envs. Atari ids are not
+    built here: ale-py's vector env preprocesses them in C++ (``envs/atari.py``), so
+    ``make_vector_env`` builds them whole and ``make_env`` gives the raw env.
+    Statistics-based wrappers (observation and reward normalisation, episode statistics) are
+    deliberately absent: the ``Sampler`` does them batched over envs and with frozen learner
+    statistics, which per-env wrappers cannot do.
     """
     del env_id
     return []
@@ -123,8 +131,13 @@ def make_env(
     return thunk
 
 
-def make_vector_env(env_spec: Mapping[str, Any], seed: int) -> gym.vector.SyncVectorEnv:
+def make_vector_env(
+    env_spec: Mapping[str, Any], seed: int, *, training: bool = True
+) -> gym.vector.VectorEnv:
     """Build the actor's vector env (reset with ``seed``: sub-env ``i`` gets ``seed + i``).
+
+    Atari ids get ale-py's preprocessed vector env; ``training`` then ends episodes at every
+    lost life, evaluation envs (``training=False``) play whole games (see ``envs/atari.py``).
 
     In-process ``SyncVectorEnv`` because on 2 cores subprocess messaging costs about as much as a
     MuJoCo step (FACTS.md). SAME_STEP autoreset: the obs returned at a done step is already the
@@ -133,6 +146,13 @@ def make_vector_env(env_spec: Mapping[str, Any], seed: int) -> gym.vector.SyncVe
     """
     spec = resolve_spec(env_spec)
     _ensure_registered(spec["id"])
+    if is_atari(spec["id"]):
+        atari = make_atari_vector_env(
+            spec["id"], int(spec["num_envs"]), spec["kwargs"], training=training,
+            max_episode_steps=spec["max_episode_steps"],
+        )
+        atari.reset(seed=seed)
+        return atari
     thunk = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])
     vec = gym.vector.SyncVectorEnv(
         [thunk] * int(spec["num_envs"]),
@@ -162,11 +182,19 @@ def describe(env_spec: Mapping[str, Any]) -> dict[str, Any]:
     learner needs to size its buffers and pick its encoder.
     """
     spec = resolve_spec(env_spec)
-    env = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])()
-    try:
-        obs_space, act_space = env.observation_space, env.action_space
-    finally:
-        env.close()
+    _ensure_registered(spec["id"])
+    if is_atari(spec["id"]):
+        vec = make_atari_vector_env(spec["id"], 1, spec["kwargs"])
+        try:
+            obs_space, act_space = vec.single_observation_space, vec.single_action_space
+        finally:
+            vec.close()
+    else:
+        env = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])()
+        try:
+            obs_space, act_space = env.observation_space, env.action_space
+        finally:
+            env.close()
     if not isinstance(obs_space, gym.spaces.Box):
         raise ValueError(
             f"{spec['id']}: only Box observation spaces are supported, got {obs_space}"

@@ -5,6 +5,10 @@ invocations, so episode returns, lengths and the reward-scaling accumulators run
 boundaries exactly as if the fragments were one long rollout. Normalisation statistics are not
 owned here: the learner sends a frozen ``obs_rms`` with every call and gets back the moments of
 what this fragment saw (docs/contracts.md).
+
+With ``clip_reward`` (the default for Atari ids) the rollout's ``rewards`` are the signs of the
+env rewards, while ``episode_returns`` stay the real scores; Atari training envs end an episode
+(``terminated``) at every lost life, but an episode return is only reported per whole game.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 
+from envs.atari import GameEnds, is_atari
 from envs.make import make_vector_env, resolve_spec, rollout_obs_dtype
 from envs.normalize import EPSILON, moments
 
@@ -106,6 +111,7 @@ class Sampler:
         self.normalize_reward = bool(self.spec["normalize_reward"])
         self.clip_obs = float(self.spec["clip_obs"])
         self.gamma = float(self.spec["gamma"])
+        self.clip_reward = bool(self.spec["clip_reward"])
         self.obs_dtype = rollout_obs_dtype(obs_space, self.normalize_obs)
         self._bounds = _action_bounds(act_space)
         if self._bounds is None:
@@ -119,8 +125,10 @@ class Sampler:
 
         # Resetting again with the same seed reproduces make_vector_env's start state; it is
         # how we get the first observation without reaching into the vector env.
-        obs, _ = self.envs.reset(seed=seed)
+        obs, info = self.envs.reset(seed=seed)
         self._obs = np.array(obs, copy=True)  # raw observation of the next step
+        # Atari training envs end episodes at lost lives; episode returns count whole games.
+        self._game_ends = GameEnds(info) if is_atari(self.spec["id"]) else None
         E = self.num_envs
         self._episode_return = np.zeros(E, dtype=np.float64)
         self._episode_length = np.zeros(E, dtype=np.int64)
@@ -172,6 +180,7 @@ class Sampler:
 
         # ---- hot loop: locals only, one batched policy call per step
         act, step, gamma = policy.act, self.envs.step, self.gamma
+        clip_reward, game_ends = self.clip_reward, self._game_ends
         bounds, env_actions = self._bounds, self._env_actions
         ep_return, ep_length = self._episode_return, self._episode_length
         disc_return = self._discounted_return
@@ -189,24 +198,27 @@ class Sampler:
             else:
                 env_a = np.clip(actions[t], bounds[0], bounds[1], out=env_actions)
             next_raw, r, term, trunc, info = step(env_a)
+            ep_return += r  # the real score; training may see it clipped
+            ep_length += 1
+            if clip_reward:
+                r = np.sign(r)
             rewards[t] = r
             terminated[t] = term
             truncated[t] = trunc
-            ep_return += r
-            ep_length += 1
             if discounted is not None:
                 # baselines' VecNormalize accumulator: G = gamma * G + r, reset after an episode
                 disc_return *= gamma
                 disc_return += r
                 discounted[t] = disc_return
             np.logical_or(term, trunc, out=done)
+            game_over = done if game_ends is None else game_ends(info, done)
             if done.any():
-                ended = np.flatnonzero(done)
+                ended = np.flatnonzero(game_over)
                 episode_returns.extend(ep_return[ended].tolist())
                 episode_lengths.extend(ep_length[ended].tolist())
                 ep_return[ended] = 0.0
                 ep_length[ended] = 0
-                disc_return[ended] = 0.0
+                disc_return[done] = 0.0
                 cut = np.flatnonzero(trunc & ~term)
                 if cut.size:
                     # SAME_STEP autoreset: next_raw already holds the reset obs; the last obs
@@ -249,6 +261,8 @@ def evaluate(
 ) -> list[float]:
     """Returns of ``episodes`` episodes of ``policy.act_deterministic``, raw (unscaled) rewards.
 
+    Atari envs play whole games here (no life-loss episodes, no reward clipping).
+
     Runs on a fresh vector env of ``min(episodes, 8)`` envs, each assigned a fixed quota of
     episodes up front: counting whichever episodes finish first would favour short ones.
     Envs past their quota keep stepping (the batch shape stays fixed) but are not counted.
@@ -257,7 +271,7 @@ def evaluate(
         return []
     n = min(int(episodes), MAX_EVAL_ENVS)
     spec = resolve_spec({**env_spec, "num_envs": n})
-    envs = make_vector_env(spec, seed)
+    envs = make_vector_env(spec, seed, training=False)
     try:
         obs_space = envs.single_observation_space
         normalize_obs = bool(spec["normalize_obs"])
