@@ -1,10 +1,16 @@
-"""Sinks: observers of the bus that write what users read."""
+"""Sinks: observers of the bus that write what users read.
+
+The console shows a live progress display (rich) when stdout is a terminal and plain lines
+otherwise, so logs, CI output and pipes stay greppable. What both paths show comes from one
+``RunProgress``, which folds events into the numbers a user watches; rendering is separate.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 import time
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from kernel import events as ev
@@ -15,36 +21,189 @@ def _fmt(value: float | None, spec: str = ".1f") -> str:
     return "-" if value is None else format(value, spec)
 
 
+@dataclass(slots=True)
+class RunProgress:
+    """The run as a user watches it, folded from events (no rendering, no clocks but ``ts``)."""
+
+    max_rounds: int | None = None
+    max_env_steps: int | None = None
+    budget_usd: float | None = None
+    target_return: float | None = None
+    round: int = 0
+    env_steps: int = 0
+    cost_usd: float = 0.0
+    actors: int = 0
+    #: Invocations started in the current round and not yet finished.
+    in_flight: int = 0
+    last_eval: float | None = None
+    best_eval: float | None = None
+    last_train: float | None = None
+    round_s: float = 0.0
+    started_ts: float | None = None
+    stopped: str | None = None
+    last_round: ev.RoundFinished | None = field(default=None, repr=False)
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any]) -> RunProgress:
+        stop = plan.get("stop", {})
+        return cls(max_rounds=stop.get("max_rounds"), max_env_steps=stop.get("max_env_steps"),
+                   budget_usd=stop.get("budget_usd"), target_return=stop.get("target_return"))
+
+    def observe(self, event: Any) -> None:
+        if isinstance(event, ev.RunStarted):
+            self.started_ts = event.ts
+            self.round = event.resumed_from_round
+        elif isinstance(event, ev.RoundStarted):
+            self.actors = event.actors
+            self.in_flight = event.actors
+        elif isinstance(event, ev.InvocationFinished):
+            self.in_flight = max(0, self.in_flight - 1)
+        elif isinstance(event, ev.GatherFinished):
+            self.in_flight = 0  # late actors are left behind: no longer counted by the round
+        elif isinstance(event, ev.RoundFinished):
+            self.round = event.round
+            self.env_steps = event.env_steps
+            self.cost_usd = event.cost_usd
+            self.round_s = event.round_s
+            self.last_train = event.episode_return_mean
+            if event.eval_return is not None:
+                self.last_eval = event.eval_return
+                if self.best_eval is None or event.eval_return > self.best_eval:
+                    self.best_eval = event.eval_return
+            self.last_round = event
+        elif isinstance(event, ev.RunStopped):
+            self.stopped = event.reason
+            self.in_flight = 0
+
+    def wall_s(self, now: float | None = None) -> float:
+        if self.started_ts is None:
+            return 0.0
+        return (time.time() if now is None else now) - self.started_ts
+
+
+def round_line(event: ev.RoundFinished, progress: RunProgress) -> str:
+    """The one line per round both console paths print."""
+    max_rounds, max_steps = progress.max_rounds, progress.max_env_steps
+    return (
+        f"round {event.round:>4}{'/' + str(max_rounds) if max_rounds else ''}"
+        f"  actors {event.actors:>3}"
+        f"  steps {event.env_steps:>9,}{'/' + format(max_steps, ',') if max_steps else ''}"
+        f"  eval {_fmt(event.eval_return):>8}"
+        f"  train {_fmt(event.episode_return_mean):>8}"
+        f"  cost ${event.cost_usd:.4f}"
+        f"  round {event.round_s:5.2f}s"
+        f"  wall {progress.wall_s(event.ts):7.1f}s"
+    )
+
+
+def stop_line(event: ev.RunStopped) -> str:
+    return (f"stopped: {event.reason} after {event.rounds} rounds, "
+            f"{event.env_steps:,} env steps, {event.wall_s:.1f}s")
+
+
 class ConsoleSink:
-    """One line per round on stdout: round, actors, env steps, returns, cost, wall time."""
+    """Live progress on a terminal; one plain line per round otherwise.
+
+    ``progress = "auto"`` (default) picks the live display only when the stream is a TTY.
+    The live display refreshes from rich's own thread at a few hertz; ``handle`` only folds
+    the event into ``RunProgress`` and, once per round, prints the round's line above the
+    display, so a burst of events never costs more than a few attribute writes each.
+    """
 
     def __init__(self, ctx: PluginContext, stream: TextIO | None = None):
         self.stream = stream or sys.stdout
-        self.limits = ctx.plan["stop"]
-        self.t0 = time.perf_counter()
+        self.progress = RunProgress.from_plan(ctx.plan)
+        mode = ctx.config.get("progress", "auto")
+        is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.live_mode = mode == "live" or (mode == "auto" and is_tty)
+        self._live: Any = None
+        self._bars: Any = None
+        self._tasks: dict[str, Any] = {}
 
-    async def handle(self, event: Any) -> None:
-        if isinstance(event, ev.RoundFinished):
-            max_rounds = self.limits.get("max_rounds")
-            max_steps = self.limits.get("max_env_steps")
-            line = (
-                f"round {event.round:>4}{'/' + str(max_rounds) if max_rounds else ''}"
-                f"  actors {event.actors:>3}"
-                f"  steps {event.env_steps:>9,}{'/' + format(max_steps, ',') if max_steps else ''}"
-                f"  eval {_fmt(event.eval_return):>8}"
-                f"  train {_fmt(event.episode_return_mean):>8}"
-                f"  cost ${event.cost_usd:.4f}"
-                f"  round {event.round_s:5.2f}s"
-                f"  wall {time.perf_counter() - self.t0:7.1f}s"
-            )
+    async def start(self, ctx: PluginContext) -> None:
+        if self.live_mode:
+            self._start_live()
+
+    # -- plain path ----------------------------------------------------------------------------
+
+    def _write(self, line: str) -> None:
+        if self._live is not None:
+            self._live.console.print(line, highlight=False, markup=False)
+        else:
             self.stream.write(line + "\n")
             self.stream.flush()
+
+    async def handle(self, event: Any) -> None:
+        self.progress.observe(event)
+        if isinstance(event, ev.RoundFinished):
+            self._write(round_line(event, self.progress))
         elif isinstance(event, ev.RunStopped):
-            self.stream.write(
-                f"stopped: {event.reason} after {event.rounds} rounds, "
-                f"{event.env_steps:,} env steps, {event.wall_s:.1f}s\n"
-            )
+            self._stop_live()
+            self._write(stop_line(event))
+
+    # -- live path -----------------------------------------------------------------------------
+
+    def _start_live(self) -> None:
+        from rich.console import Console
+        from rich.live import Live
+        from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn
+
+        console = Console(file=self.stream, force_terminal=True)
+        self._bars = Progress(
+            TextColumn("{task.description:<10}"), BarColumn(bar_width=30),
+            TaskProgressColumn(), TextColumn("{task.fields[detail]}"),
+            console=console, auto_refresh=False,
+        )
+        p = self.progress
+        if p.max_rounds is not None:
+            self._tasks["rounds"] = self._bars.add_task("rounds", total=p.max_rounds, detail="")
+        if p.max_env_steps is not None:
+            self._tasks["steps"] = self._bars.add_task("env steps", total=p.max_env_steps,
+                                                       detail="")
+        if p.budget_usd is not None:
+            self._tasks["budget"] = self._bars.add_task("budget", total=p.budget_usd, detail="")
+        # Rich's refresh thread calls _render a few times a second; it only reads RunProgress.
+        self._live = Live(console=console, get_renderable=self._render, refresh_per_second=4,
+                          transient=False, redirect_stdout=True, redirect_stderr=True)
+        self._live.start()
+
+    def _render(self) -> Any:
+        from rich.console import Group
+        from rich.text import Text
+
+        p, bars, t = self.progress, self._bars, self._tasks
+        if "rounds" in t:
+            bars.update(t["rounds"], completed=p.round, detail=f"{p.round} / {p.max_rounds}")
+        if "steps" in t:
+            bars.update(t["steps"], completed=p.env_steps,
+                        detail=f"{p.env_steps:,} / {p.max_env_steps:,}")
+        if "budget" in t:
+            bars.update(t["budget"], completed=min(p.cost_usd, p.budget_usd or 0.0),
+                        detail=f"${p.cost_usd:.4f} / ${p.budget_usd:.2f}")
+        target = f" (target {p.target_return:g})" if p.target_return is not None else ""
+        actors = Text.assemble(
+            ("actors    ", "dim"), f"{p.in_flight} in flight of {p.actors}",
+            ("   last round ", "dim"), f"{p.round_s:.2f}s",
+            ("   cost ", "dim"), f"${p.cost_usd:.4f}", ("   wall ", "dim"), f"{p.wall_s():.0f}s",
+        )
+        returns = Text.assemble(
+            ("eval      ", "dim"), f"{_fmt(p.last_eval)} (best {_fmt(p.best_eval)}){target}",
+            ("   train ", "dim"), _fmt(p.last_train),
+        )
+        return Group(bars.get_renderable(), actors, returns)
+
+    def _stop_live(self) -> None:
+        if self._live is not None:
+            self._live.refresh()
+            self._live.stop()
+            self._live = None
+
+    def flush(self) -> None:
+        if self._live is None:
             self.stream.flush()
+
+    async def close(self) -> None:
+        self._stop_live()
 
 
 class JsonlSink:

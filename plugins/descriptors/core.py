@@ -1,4 +1,4 @@
-"""Descriptors of the core plugins: PPO, local actors, memory transport, eval, console."""
+"""Descriptors of the core plugins: PPO, local actors, memory transport, eval."""
 
 from __future__ import annotations
 
@@ -35,16 +35,8 @@ LOCAL_CONFIG = {
                        max=10240),
     "sim_invoke_latency_s": Field("float", 0.03, "Simulated invoke latency.", min=0),
     "sim_cold_start_s": Field("float", 1.0, "Simulated cold start beyond the warm pool.", min=0),
-}
-
-AWS_COST_CONFIG = {
-    "architecture": Field("str", "x86_64", "Lambda architecture.", choices=("x86_64", "arm64")),
-    "gb_s_usd": Field("float", None, "Price per GB-second (default: us-east-1 list, 2026-11).",
-                      min=0),
-    "request_usd": Field("float", 0.2e-6, "Price per request.", min=0),
-    "learner_usd_per_hour": Field("float", 0.17, "Learner instance price per hour.", min=0),
-    "memory_mb": Field("int", None, "Function memory (default: actors.memory_mb or 1769).",
-                       min=128, max=10240),
+    "handler": Field("str", "plugins.handler:handler",
+                     "module:function the workers run (tests wrap it to inject faults)."),
 }
 
 PLUGINS = [
@@ -59,14 +51,7 @@ PLUGINS = [
     Plugin("memory", "transport", "plugins.transport_memory:MemoryTransport",
            "In-process transport: no server; batches come back with the invocation.",
            config={"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}),
-    Plugin("fixed", "scaler", "plugins.scalers:FixedScaler", "Always actors.count."),
     Plugin("eval", "probe", "plugins.probe_eval:EvalProbe",
            "Deterministic-policy episodes; reports eval_return.",
            config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)}),
-    Plugin("aws", "cost", "plugins.cost_aws:AwsCost",
-           "AWS Lambda GB-s + requests, learner instance per hour.", config=AWS_COST_CONFIG),
-    Plugin("console", "sink", "plugins.sinks:ConsoleSink", "One line per round on stdout."),
-    Plugin("jsonl", "sink", "plugins.sinks:JsonlSink", "Chosen events as JSON lines.",
-           config={"path": Field("str", "rounds.jsonl", "File in the run directory."),
-                   "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all).")}),
 ]

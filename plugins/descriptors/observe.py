@@ -1,0 +1,27 @@
+"""Descriptors of the observers: console, JSON lines, CSV and TensorBoard sinks."""
+
+from __future__ import annotations
+
+from kernel.registry import Plugin
+from kernel.schema import Field
+
+PLUGINS = [
+    Plugin("console", "sink", "plugins.sinks:ConsoleSink",
+           "Live progress on a terminal; one plain line per round otherwise.",
+           config={"progress": Field("str", "auto", "Live display: auto (only on a terminal), "
+                                     "live, or plain.", choices=("auto", "live", "plain"))}),
+    Plugin("jsonl", "sink", "plugins.sinks:JsonlSink", "Chosen events as JSON lines.",
+           config={"path": Field("str", "rounds.jsonl", "File in the run directory."),
+                   "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all).")}),
+    Plugin("csv", "sink", "plugins.sinks_csv:CsvSink",
+           "One row per round: times, actors, eval return, loss, cost, Hessian ratio, boost "
+           "score, GNS.",
+           config={"path": Field("str", "rounds.csv", "File in the run directory."),
+                   "columns": Field("list[str]", ["pg_loss", "v_loss", "entropy", "approx_kl"],
+                                    "Extra columns: probe, learner-metric or scaler keys.")}),
+    Plugin("tensorboard", "sink", "plugins.sinks_tensorboard:TensorboardSink",
+           "Scalars per round for TensorBoard (eval, learner, probes, actors, cost, times).",
+           config={"dir": Field("str", "tensorboard", "Directory in the run directory."),
+                   "step": Field("str", "env_steps", "x axis of every scalar.",
+                                 choices=("env_steps", "round"))}),
+]
