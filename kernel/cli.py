@@ -44,7 +44,9 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", dest="overrides", action="append", default=[],
                           metavar="KEY.PATH=VALUE")
 
-    sub.add_parser("plugins", help="list plugins with kind, doc and configuration keys")
+    plugins = sub.add_parser("plugins", help="list plugins with kind, doc and configuration keys")
+    plugins.add_argument("--markdown", action="store_true",
+                         help="print the plan reference (docs/plan.md) instead")
 
     for extra in _extra_commands():
         extra(sub)
@@ -74,7 +76,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "validate":
             return _validate(args)
         if args.command == "plugins":
-            return _plugins()
+            return _plugins(args.markdown)
         return int(args.handler(args))
     except PlanError as exc:
         sys.stderr.write(f"nitro: bad plan: {exc}\n")
@@ -96,8 +98,13 @@ def _validate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _plugins() -> int:
+def _plugins(markdown: bool = False) -> int:
     registry = default_registry()
+    if markdown:
+        from kernel.plandoc import render
+
+        sys.stdout.write(render(registry))
+        return EXIT_OK
     for plugin in registry.all():
         sys.stdout.write(f"{plugin.kind:<10} {plugin.name:<12} {plugin.doc}"
                          f"{'' if plugin.source == 'nitro-rl' else f'  [{plugin.source}]'}\n")

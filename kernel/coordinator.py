@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import math
 import time
 import zlib
@@ -32,6 +33,9 @@ from kernel.roles import (
 )
 
 log = structlog.get_logger("kernel.coordinator")
+
+#: How long to wait for batches whose actors have all returned successfully.
+LOST_BATCH_GRACE_S = 5.0
 
 
 class PluginCrashed(Exception):
@@ -67,6 +71,7 @@ class Counters:
     stale_batches: int = 0
     duplicate_batches: int = 0
     empty_rounds: int = 0
+    lost_batches: int = 0
 
 
 @dataclass
@@ -181,6 +186,9 @@ class Coordinator:
         if not batches:
             s.counters.empty_rounds += 1
             log.warning("round_without_batches", round=number)
+            # Rejected or stale entries of this round are done with: never re-read them.
+            with blame("transport", roles.names["transport"]):
+                await roles.transport.ack(message_ids)
             return {}, 0.0
         t0 = time.perf_counter()
         with blame("algo", roles.names["algo"]):
@@ -307,11 +315,25 @@ class Coordinator:
         s.counters.invocations += n
         stop_wait = asyncio.create_task(self.stop_requested.wait())
         interrupted = False
+        grace_until: float | None = None
         try:
             while len(batches) + len(failed - batches.keys()) < n:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
+                if not tasks and grace_until is None and all(
+                    not r.accepted_only for r in receipts.values()
+                ):
+                    # Every actor said it pushed; a batch still missing after a short grace
+                    # was lost on the way (e.g. Redis restarted): do not wait for the deadline.
+                    grace_until = time.monotonic() + LOST_BATCH_GRACE_S
+                if grace_until is not None:
+                    remaining = min(remaining, grace_until - time.monotonic())
+                    if remaining <= 0:
+                        lost = n - len(batches) - len(failed - batches.keys())
+                        s.counters.lost_batches += lost
+                        log.warning("batches_lost", round=number, lost=lost)
+                        break
                 if self._batch_task is None:
                     self._batch_task = asyncio.create_task(
                         roles.transport.next_batch(timeout=min(remaining, 1.0))
@@ -349,8 +371,15 @@ class Coordinator:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         for rid, body in batches.items():
-            if rid not in receipts:
-                receipts[rid] = _receipt_from_batch(rid, body)
+            sent = receipts.get(rid)
+            if sent is None or sent.accepted_only:
+                # The actor's own receipt (duration, cold start) rode inside its batch.
+                inner = _receipt_from_batch(rid, body)
+                if sent is not None:
+                    inner = dataclasses.replace(inner, attempts=sent.attempts,
+                                                throttles=sent.throttles)
+                s.counters.cold_starts += int(inner.cold_start)
+                receipts[rid] = inner
         timed_out = [rid for rid in tasks.values() if rid not in batches]
         s.counters.invocation_timeouts += len(timed_out)
         for rid in timed_out:
@@ -492,8 +521,13 @@ class Coordinator:
     def can_afford_next_round(self) -> bool:
         """Budget rule: stop before a round whose expected cost exceeds what is left."""
         budget = self.plan["stop"]["budget_usd"]
-        if budget is None or not self.state.history:
-            return budget is None or self.state.cost_usd < budget
+        if budget is None:
+            return True
+        if not self.state.history:
+            # Nothing measured yet: a cost model may still know a first round's price.
+            first = getattr(self.roles.cost, "estimate_first_round_usd", None)
+            expected = first(self.state.actors_next) if callable(first) else 0.0
+            return self.state.cost_usd + (expected or 0.0) <= budget
         last = self.state.history[-1]
         expected = self.roles.cost.estimate_round_usd(last, self.state.actors_next)
         return self.state.cost_usd + expected <= budget

@@ -105,7 +105,8 @@ class Engine:
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
         logs.open_run_log(self.run_id, self.run_dir / "log.jsonl")
         mode = "a" if self._resume is not None else "w"
-        self._journal = (self.run_dir / "events.jsonl").open(mode, encoding="utf-8")
+        # Line-buffered: whoever tails the journal (a dashboard, a test) sees each event at once.
+        self._journal = (self.run_dir / "events.jsonl").open(mode, encoding="utf-8", buffering=1)
         (self.run_dir / "plan.toml").write_text(
             tomli_w.dumps(_drop_none(logs.redact(self.plan))), encoding="utf-8"
         )
@@ -357,6 +358,7 @@ class Engine:
             "rejected_reasons": c.rejected_reasons,
             "stale_batches": c.stale_batches,
             "duplicate_batches": c.duplicate_batches,
+            "lost_batches": c.lost_batches,
             "dropped_events": dropped,
             **_extra_counters(self._roles),
         }

@@ -54,9 +54,23 @@ def _redact_processor(logger: Any, name: str, event_dict: dict[str, Any]) -> dic
     return redact(event_dict)
 
 
+class _CurrentStderr:
+    """Writes to whatever ``sys.stderr`` is now, so a live progress display that redirects
+    stderr gets log lines printed above its bars instead of through them."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+    def isatty(self) -> bool:
+        return sys.stderr.isatty()
+
+
 def configure(level: str = "info", stream: TextIO | None = None) -> None:
     """Configure structlog for this process (idempotent; safe to call again with a new level)."""
-    stream = stream or sys.stderr
+    stream = stream or _CurrentStderr()  # type: ignore[assignment]
     renderer: Any
     if stream.isatty():
         renderer = structlog.dev.ConsoleRenderer(colors=True)

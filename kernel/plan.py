@@ -51,6 +51,8 @@ ENV = {
     "clip_obs": Field("float", 10.0, "Clip normalised observations to [-c, c].", min=0,
                       min_exclusive=True),
     "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1),
+    "clip_reward": Field(
+        "bool", None, "Clip training rewards to their sign (default: on for ALE ids only)."),
 }
 ALGO = {"name": Field("str", "ppo", "algo plugin.")}
 ACTORS = {

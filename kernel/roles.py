@@ -51,6 +51,9 @@ class Receipt:
     attempts: int = 1
     throttles: int = 0
     error: str | None = None
+    #: The platform only accepted the call (Lambda ``Event``, HTTP 202): the actor's own receipt
+    #: arrives later, inside its batch.
+    accepted_only: bool = False
     #: Set when the backend hands the batch back itself (the in-memory transport path).
     payload: bytes | None = field(default=None, repr=False, compare=False)
 

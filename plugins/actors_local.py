@@ -34,6 +34,7 @@ class LocalBackend:
         self.retries = int(cfg.get("retries", 1))
         self.memory_mb = int(cfg.get("memory_mb", 1769))
         self.simulate = bool(cfg.get("simulate", False))
+        self.handler = str(cfg.get("handler") or HANDLER)
         self.invoke_latency_s = float(cfg.get("sim_invoke_latency_s", 0.03))
         self.cold_start_s = float(cfg.get("sim_cold_start_s", 1.0))
         self._sim_warm_pool = 0
@@ -64,7 +65,7 @@ class LocalBackend:
             attempts += 1
             try:
                 result = await self.pool.call(
-                    HANDLER, invocation.event, request_id=invocation.request_id,
+                    self.handler, invocation.event, request_id=invocation.request_id,
                     timeout_s=self.timeout_s, memory_mb=self.memory_mb,
                     attachment=attachment, attachment_tag=tag,
                 )

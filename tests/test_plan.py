@@ -97,3 +97,12 @@ def test_cli_missing_plan_file(tmp_path: Path) -> None:
     result = run_cli("validate", str(tmp_path / "absent.toml"))
     assert result.returncode == 2
     assert "absent.toml" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_docs_plan_md_is_generated_from_the_schema() -> None:
+    from kernel.plandoc import render
+    from kernel.registry import default_registry
+
+    expected = render(default_registry())
+    actual = (ROOT / "docs" / "plan.md").read_text(encoding="utf-8")
+    assert actual == expected, "regenerate: python -m kernel plugins --markdown > docs/plan.md"

@@ -1,0 +1,72 @@
+"""``docs/plan.md`` generated from the schema itself, so the reference cannot drift."""
+
+from __future__ import annotations
+
+from kernel.plan import LISTS, SECTIONS
+from kernel.registry import Registry
+from kernel.schema import Field
+
+INTRO = """# Plan reference
+
+A plan is a TOML file that declares a run. `python -m kernel validate PLAN` checks it and prints
+it resolved (every default filled); `--set key.path=value` overrides any key with a TOML value
+(`--set stop.max_env_steps=150000`, `--set env.id=Acrobot-v1`, `--set probes.0.every=2`).
+A bad plan exits with status 2 and one line naming the key path, what was expected and what
+was found.
+
+This page is generated from the code (`python -m kernel plugins --markdown`); a test keeps it
+current. Keys a plugin adds are listed under the plugin, and are valid in the section that
+names it.
+"""
+
+
+def _row(key: str, spec: Field) -> str:
+    default = "required" if spec.required else (
+        "unset" if spec.default is None else f"`{_toml(spec.default)}`")
+    return f"| `{key}` | {spec.expectation()} | {default} | {spec.doc} |"
+
+
+def _toml(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return f'"{value}"'
+    if isinstance(value, dict):
+        return "{}" if not value else str(value)
+    return str(value)
+
+
+def _table(fields: dict[str, Field]) -> list[str]:
+    out = ["| key | expects | default | meaning |", "|---|---|---|---|"]
+    out += [_row(k, v) for k, v in fields.items()]
+    return out
+
+
+def render(registry: Registry) -> str:
+    lines = [INTRO]
+    for section, (core, kind, selector) in SECTIONS.items():
+        lines += [f"## `[{section}]`", ""]
+        lines += _table(core)
+        lines.append("")
+        if kind:
+            lines += _plugins(registry, kind, f"[{section}] {selector} = ")
+    for section, (core, kind, default) in LISTS.items():
+        lines += [f"## `[[{section}]]`", "",
+                  f"An array of tables; default: `{default}`.", ""]
+        lines += _table(core)
+        lines.append("")
+        lines += _plugins(registry, kind, "name = ")
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def _plugins(registry: Registry, kind: str, prefix: str) -> list[str]:
+    lines: list[str] = []
+    for name in registry.names(kind):
+        plugin = registry.get(kind, name)
+        if plugin.source != "nitro-rl":
+            continue  # third-party plugins document themselves
+        lines += [f"### `{prefix}\"{name}\"`", "", plugin.doc, ""]
+        if plugin.config:
+            lines += _table(plugin.config)
+            lines.append("")
+    return lines
