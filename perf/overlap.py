@@ -1,0 +1,83 @@
+"""Issue 5: strict alternation of sampling and training against the overlapped modes.
+
+The same plan runs twice on this machine: once in ``sync`` mode (actors wait while the learner
+trains, the learner waits while actors sample) and once overlapped (``pipelined`` for PPO,
+``async`` for APPO): the next fan-out samples while the learner trains. From each run's
+``events.jsonl`` it prints env steps per second of training (env steps / time from the first
+to the last round), the learner's busy fraction (learner time / round time, averaged) and the
+actors' idle time, and the ratios overlapped / strict.
+
+    python perf/overlap.py            # Hopper-v5 PPO and APPO, 40 rounds each
+    python perf/overlap.py --quick    # 12 rounds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import common as c
+
+CASES = [
+    ("PPO, Hopper-v5", "plans/hopper.toml", "sync", "pipelined"),
+    ("APPO, Hopper-v5", "plans/hopper-appo.toml", "sync", "async"),
+]
+
+
+def measure(plan: str, mode: str, rounds: int, out: Path) -> dict[str, float]:
+    proc = c.run([sys.executable, "-m", "kernel", "run", plan, "--out", str(out),
+                  "--set", f"run.mode={mode}", "--set", f"stop.max_rounds={rounds}",
+                  "--set", "probes=[]", "--set", "sinks=[]"], timeout=1800)
+    if proc.rc != 0:
+        raise RuntimeError(f"{plan} {mode} failed: {proc.stderr[-2000:]}")
+    events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
+    finished = [e for e in events if e["event"] == "RoundFinished"]
+    # Skip round 1: it holds the workers' cold starts in every mode.
+    steady = finished[1:]
+    span_s = steady[-1]["ts"] - finished[0]["ts"]
+    steps = sum(e["round_env_steps"] for e in steady)
+    return {
+        "env_steps_per_s": steps / span_s if span_s > 0 else float("nan"),
+        "learner_busy": sum(e["learner_busy"] for e in steady) / len(steady),
+        "actor_idle_s": sum(e["actor_idle_s"] for e in steady),
+        "rounds": len(finished),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--rounds", type=int, default=None)
+    args = parser.parse_args()
+    rounds = args.rounds or (12 if args.quick else 40)
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for title, plan, strict_mode, overlap_mode in CASES:
+            c.log(f"{title}: {strict_mode}")
+            strict = measure(plan, strict_mode, rounds, Path(tmp) / f"{title}-{strict_mode}")
+            c.log(f"{title}: {overlap_mode}")
+            over = measure(plan, overlap_mode, rounds, Path(tmp) / f"{title}-{overlap_mode}")
+            rows.append([
+                title, f"{strict_mode} / {overlap_mode}",
+                f"{c.fmt(strict['env_steps_per_s'], 0)} / {c.fmt(over['env_steps_per_s'], 0)}",
+                c.fmt(c.ratio(over["env_steps_per_s"], strict["env_steps_per_s"])),
+                f"{c.fmt(strict['learner_busy'])} / {c.fmt(over['learner_busy'])}",
+                c.fmt(c.ratio(over["learner_busy"], strict["learner_busy"])),
+                f"{c.fmt(strict['actor_idle_s'], 1)} / {c.fmt(over['actor_idle_s'], 1)}",
+            ])
+    headers = ["algorithm", "modes (strict / overlapped)", "env steps/s", "ratio",
+               "learner busy", "ratio", "actor idle s"]
+    table = c.md_table(headers, rows)
+    print(table)
+    c.write_result("overlap", {
+        "title": "Overlap of fan-out and training (issue 5)",
+        "markdown": f"{rounds} rounds per run, round 1 (cold starts) excluded.\n\n{table}",
+    })
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
