@@ -13,6 +13,7 @@ pass over the backward graph, no Hessian ever formed. torch 2.13 has no ``torch.
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,7 +28,12 @@ def hvp_fn(loss_fn: Callable[[Params], torch.Tensor], params: Params
     grad_f = torch.func.grad(loss_fn)
 
     def hvp(vector: Params) -> Params:
-        return torch.func.jvp(grad_f, (params,), (vector,))[1]
+        with warnings.catch_warnings():
+            # torch's forward-mode AD still calls its own deprecated torch.jit.script; the
+            # warning is about torch's internals, not this code, and would fire every step.
+            warnings.filterwarnings("ignore", message=".*torch.jit.script.*",
+                                    category=DeprecationWarning)
+            return torch.func.jvp(grad_f, (params,), (vector,))[1]
 
     return hvp
 
