@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from algos.nets import ActorCritic
+from algos.nets import ActorCritic, weights_loaded_later
 
 _LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
 
@@ -34,11 +34,12 @@ class ActorPolicy:
 
     def __init__(self, spec: dict[str, Any]):
         net = dict(spec.get("net", {}))
-        self.model = ActorCritic(
-            spec["spaces"],
-            hidden_sizes=tuple(net.get("hidden_sizes", (64, 64))),
-            activation=net.get("activation", "tanh"),
-        )
+        with weights_loaded_later():  # load() overwrites every parameter before first use
+            self.model = ActorCritic(
+                spec["spaces"],
+                hidden_sizes=tuple(net.get("hidden_sizes", (64, 64))),
+                activation=net.get("activation", "tanh"),
+            )
         self.model.eval()
         self.discrete = self.model.discrete
 
