@@ -102,6 +102,7 @@ class Engine:
     async def __aenter__(self) -> Engine:
         self.bus.bind(asyncio.get_running_loop())
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        logs.ensure_configured(self.plan["run"]["log_level"])
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
         logs.open_run_log(self.run_id, self.run_dir / "log.jsonl")
         mode = "a" if self._resume is not None else "w"
@@ -127,9 +128,17 @@ class Engine:
         plan = self.plan
         seed = plan["run"]["seed"]
         transport = await self._make("transport", plan["transport"]["kind"], plan["transport"])
-        actors = await self._make("actors", plan["actors"]["backend"], plan["actors"],
-                                  transport=transport)
-        learner = await self._make("algo", plan["algo"]["name"], plan["algo"])
+        # Actors (a worker pool whose forkserver imports torch) and the learner (which imports
+        # torch and builds a probe env) start side by side: start-up is the slower of the two,
+        # not their sum.
+        actors_task = asyncio.create_task(self._make(
+            "actors", plan["actors"]["backend"], plan["actors"], transport=transport))
+        try:
+            learner = await self._make("algo", plan["algo"]["name"], plan["algo"],
+                                       in_thread=True)
+        finally:
+            await asyncio.wait([actors_task])
+        actors = actors_task.result()
         probes = []
         for item in plan["probes"]:
             probe = await self._make("probe", item["name"], item)
@@ -153,8 +162,8 @@ class Engine:
                 await asyncio.to_thread(checkpoint.restore, self, self._resume)
             log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
 
-    async def _make(self, kind: str, name: str, config: dict[str, Any], transport: Any = None
-                    ) -> Any:
+    async def _make(self, kind: str, name: str, config: dict[str, Any], transport: Any = None,
+                    in_thread: bool = False) -> Any:
         plugin = self.registry.get(kind, name)
         ctx = PluginContext(
             name=name, config=config, plan=self.plan, run_id=self.run_id,
@@ -163,7 +172,7 @@ class Engine:
         )
         with blame(kind, name):
             factory = plugin.load()
-            instance = factory(ctx)
+            instance = await asyncio.to_thread(factory, ctx) if in_thread else factory(ctx)
             start = getattr(instance, "start", None)
             if start is not None:
                 result = start(ctx)

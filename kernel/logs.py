@@ -91,6 +91,13 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
     )
 
 
+def ensure_configured(level: str = "info") -> None:
+    """Configure Nitro's logging unless the embedding application configured structlog
+    itself; either way, our tee processor must be present for ``log.jsonl``."""
+    if not structlog.is_configured():
+        configure(level)
+
+
 def open_run_log(run_id: str, path: Path) -> None:
     close_run_log(run_id)
     _tee.files[run_id] = path.open("a", encoding="utf-8")

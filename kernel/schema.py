@@ -38,7 +38,16 @@ class PlanError(Exception):
             text += f", found {describe(found)}"
         if note:
             text += f" ({note})"
-        super().__init__(text)
+        super().__init__(one_line(text))
+
+
+def one_line(text: str) -> str:
+    """The CLI prints a PlanError as one line, but keys, ``--set`` strings and validators' notes
+    come from users and libraries and may hold newlines or control characters: escape those
+    (``\\n``) so the message stays one line and cannot forge extra output lines."""
+    if text.isprintable():
+        return text
+    return "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text)
 
 
 def describe(value: Any) -> str:
