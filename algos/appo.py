@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn, optim
+from torch import nn
 
-from algos.impala import forward_sequences, make_sequence_batch, set_learning_rate
-from algos.nets import ActorCritic
+from algos.core import LearnerCore, set_learning_rate
+from algos.impala import forward_sequences, make_sequence_batch
 from algos.ppo import explained_variance
 from algos.vtrace import vtrace
 
@@ -130,7 +130,7 @@ def appo_loss(
     return loss, parts
 
 
-class APPO:
+class APPO(LearnerCore):
     """The learner core: owns the model, its target copy and the optimiser; no I/O."""
 
     def __init__(
@@ -139,44 +139,25 @@ class APPO:
         config: APPOConfig | None = None,
         device: str | torch.device = "cpu",
     ):
-        self.spaces = spaces
-        self.config = config if config is not None else APPOConfig()
-        if self.config.target_update_freq < 1:
-            freq = self.config.target_update_freq
-            raise ValueError(f"target_update_freq must be >= 1, got {freq}")
-        self.device = torch.device(device)
-        c = self.config
-        self.model = ActorCritic(spaces, c.hidden_sizes, c.activation).to(self.device)
+        config = config if config is not None else APPOConfig()
+        if config.target_update_freq < 1:
+            raise ValueError(f"target_update_freq must be >= 1, got {config.target_update_freq}")
+        super().__init__(spaces, config, device)
+        self.config: APPOConfig
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
-        self.optimizer = optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=c.adam_eps)
         self.updates = 0
 
-    # ---- what actors need -------------------------------------------------------------------
-    def actor_spec(self) -> dict[str, Any]:
-        """JSON-able recipe for `algos.policy.ActorPolicy` (the same recipe as PPO's)."""
-        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
-        return {"spaces": self.spaces, "net": net}
-
-    def weights(self) -> dict[str, np.ndarray]:
-        """The model's state_dict as float32 CPU numpy copies (safe to encode while training)."""
-        return {
-            k: v.detach().to("cpu", torch.float32).clone().numpy()
-            for k, v in self.model.state_dict().items()
-        }
-
-    # ---- checkpoints ------------------------------------------------------------------------
+    # ---- checkpoints: the target network and its schedule too ---------------------------------
     def state_dict(self) -> dict[str, Any]:
         return {
-            "model": self.model.state_dict(),
+            **super().state_dict(),
             "target_model": self.target_model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
             "updates": self.updates,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
+        super().load_state_dict(state)
         self.target_model.load_state_dict(state["target_model"])
-        self.optimizer.load_state_dict(state["optimizer"])
         self.updates = int(state["updates"])
 
     # ---- learning ---------------------------------------------------------------------------

@@ -21,11 +21,11 @@ from typing import Any
 
 import numpy as np
 import torch
-from torch import nn, optim
+from torch import nn
 from torch.func import functional_call
 
-from algos.nets import ActorCritic
-from algos.ppo import MIN_LEARNING_RATE, explained_variance
+from algos.core import LearnerCore, set_learning_rate
+from algos.ppo import explained_variance
 from algos.vtrace import vtrace
 
 
@@ -166,19 +166,8 @@ def make_sequence_batch(
     }
 
 
-def set_learning_rate(
-    optimizer: optim.Optimizer, lr: float, anneal: bool, progress: float
-) -> float:
-    """Linear annealing to (almost) 0 at progress 1, as in `PPO.update`."""
-    lrnow = lr
-    if anneal:
-        lrnow = max((1.0 - min(max(progress, 0.0), 1.0)) * lr, MIN_LEARNING_RATE)
-    optimizer.param_groups[0]["lr"] = lrnow
-    return lrnow
-
-
-class IMPALA:
-    """The learner core: owns the model and the optimiser; no I/O, no threads."""
+class IMPALA(LearnerCore):
+    """The IMPALA learner core: V-trace targets, policy gradient with an entropy bonus."""
 
     def __init__(
         self,
@@ -186,33 +175,8 @@ class IMPALA:
         config: IMPALAConfig | None = None,
         device: str | torch.device = "cpu",
     ):
-        self.spaces = spaces
-        self.config = config if config is not None else IMPALAConfig()
-        self.device = torch.device(device)
-        c = self.config
-        self.model = ActorCritic(spaces, c.hidden_sizes, c.activation).to(self.device)
-        self.optimizer = optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=c.adam_eps)
-
-    # ---- what actors need -------------------------------------------------------------------
-    def actor_spec(self) -> dict[str, Any]:
-        """JSON-able recipe for `algos.policy.ActorPolicy` (the same recipe as PPO's)."""
-        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
-        return {"spaces": self.spaces, "net": net}
-
-    def weights(self) -> dict[str, np.ndarray]:
-        """The model's state_dict as float32 CPU numpy copies (safe to encode while training)."""
-        return {
-            k: v.detach().to("cpu", torch.float32).clone().numpy()
-            for k, v in self.model.state_dict().items()
-        }
-
-    # ---- checkpoints ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super().__init__(spaces, config if config is not None else IMPALAConfig(), device)
+        self.config: IMPALAConfig
 
     # ---- learning ---------------------------------------------------------------------------
     def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:

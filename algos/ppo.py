@@ -16,10 +16,10 @@ from typing import Any, TypeVar
 
 import numpy as np
 import torch
-from torch import nn, optim
+from torch import nn
 from torch.func import functional_call
 
-from algos.nets import ActorCritic
+from algos.core import LearnerCore, set_learning_rate
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
@@ -60,8 +60,6 @@ class PPOConfig:
     """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
 
 
-#: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
-MIN_LEARNING_RATE = 1e-10
 
 
 def _as_bool(x: ArrayT) -> ArrayT:
@@ -165,8 +163,8 @@ def explained_variance(y_pred: np.ndarray, y_true: np.ndarray) -> float:
     return float("nan") if var_y == 0 else float(1 - np.var(y_true - y_pred) / var_y)
 
 
-class PPO:
-    """The learner core: owns the model and the optimiser; no I/O, no threads."""
+class PPO(LearnerCore):
+    """The PPO learner core: GAE, then K epochs of minibatch SGD on the clipped surrogate."""
 
     def __init__(
         self,
@@ -174,33 +172,8 @@ class PPO:
         config: PPOConfig | None = None,
         device: str | torch.device = "cpu",
     ):
-        self.spaces = spaces
-        self.config = config if config is not None else PPOConfig()
-        self.device = torch.device(device)
-        c = self.config
-        self.model = ActorCritic(spaces, c.hidden_sizes, c.activation).to(self.device)
-        self.optimizer = optim.Adam(self.model.parameters(), lr=c.learning_rate, eps=c.adam_eps)
-
-    # ---- what actors need -------------------------------------------------------------------
-    def actor_spec(self) -> dict[str, Any]:
-        """JSON-able recipe for `algos.policy.ActorPolicy`."""
-        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
-        return {"spaces": self.spaces, "net": net}
-
-    def weights(self) -> dict[str, np.ndarray]:
-        """The model's state_dict as float32 CPU numpy copies (safe to encode while training)."""
-        return {
-            k: v.detach().to("cpu", torch.float32).clone().numpy()
-            for k, v in self.model.state_dict().items()
-        }
-
-    # ---- checkpoints ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        super().__init__(spaces, config if config is not None else PPOConfig(), device)
+        self.config: PPOConfig
 
     # ---- learning ---------------------------------------------------------------------------
     def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -247,11 +220,7 @@ class PPO:
         """K epochs of minibatch SGD on the clipped surrogate; returns CleanRL's diagnostics."""
         c = self.config
         # Annealing the rate if instructed to do so.
-        lrnow = c.learning_rate
-        if c.anneal_lr:
-            frac = 1.0 - min(max(progress, 0.0), 1.0)
-            lrnow = max(frac * c.learning_rate, MIN_LEARNING_RATE)
-        self.optimizer.param_groups[0]["lr"] = lrnow
+        lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
 
         b = self.make_batch(rollout)
         batch_size = b["obs"].shape[0]

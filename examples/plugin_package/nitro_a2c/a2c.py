@@ -15,7 +15,7 @@ import numpy as np
 import torch
 from torch import nn, optim
 
-from algos.nets import ActorCritic
+from algos.core import LearnerCore, set_learning_rate
 from algos.ppo import compute_gae, explained_variance
 
 
@@ -62,47 +62,26 @@ def a2c_loss(
     return loss, parts
 
 
-class A2C:
-    """Owns the model and the optimiser; no I/O, no threads."""
+class A2C(LearnerCore):
+    """Nitro's ``LearnerCore`` gives the model, actor spec, weights and checkpoints; A2C adds
+    its optimiser and its update."""
 
     def __init__(self, spaces: dict[str, Any], config: A2CConfig | None = None,
                  device: str | torch.device = "cpu"):
-        self.spaces = spaces
-        self.config = c = config if config is not None else A2CConfig()
-        self.device = torch.device(device)
-        self.model = ActorCritic(spaces, c.hidden_sizes, c.activation).to(self.device)
+        super().__init__(spaces, config if config is not None else A2CConfig(), device)
+        self.config: A2CConfig
+
+    def make_optimizer(self) -> optim.Optimizer:
         params = self.model.parameters()
-        if c.optimizer == "rmsprop":
-            self.optimizer: optim.Optimizer = optim.RMSprop(params, lr=c.learning_rate,
-                                                            alpha=0.99, eps=1e-5)
-        else:
-            self.optimizer = optim.Adam(params, lr=c.learning_rate, eps=1e-5)
-
-    # ---- what actors need -------------------------------------------------------------------
-    def actor_spec(self) -> dict[str, Any]:
-        """JSON-able recipe for ``algos.policy.ActorPolicy`` (same network as PPO's)."""
-        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
-        return {"spaces": self.spaces, "net": net}
-
-    def weights(self) -> dict[str, np.ndarray]:
-        return {k: v.detach().to("cpu", torch.float32).clone().numpy()
-                for k, v in self.model.state_dict().items()}
-
-    # ---- checkpoints ------------------------------------------------------------------------
-    def state_dict(self) -> dict[str, Any]:
-        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if self.config.optimizer == "rmsprop":
+            return optim.RMSprop(params, lr=self.config.learning_rate, alpha=0.99, eps=1e-5)
+        return optim.Adam(params, lr=self.config.learning_rate, eps=1e-5)
 
     # ---- learning ---------------------------------------------------------------------------
     def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]:
         """Bootstrapped returns over the fragment, then one step on the whole batch."""
         c = self.config
-        lrnow = c.learning_rate * (1.0 - min(max(progress, 0.0), 1.0)) if c.anneal_lr \
-            else c.learning_rate
-        self.optimizer.param_groups[0]["lr"] = max(lrnow, 1e-10)
+        lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
 
         values = np.asarray(rollout["values"], dtype=np.float32)
         advantages = compute_gae(

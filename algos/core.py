@@ -1,0 +1,72 @@
+"""What every learner core shares, so PPO, IMPALA and APPO differ only where the math does.
+
+A core owns an actor-critic model and its Adam optimiser; it tells actors how to rebuild the
+policy (`actor_spec`), hands out weights as numpy copies, and saves and restores itself. The
+algorithm — `make_batch`, `loss`, `update` — is the subclass's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch import optim
+
+from algos.nets import ActorCritic
+
+#: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
+MIN_LEARNING_RATE = 1e-10
+
+
+class NetConfig(Protocol):
+    learning_rate: float
+    hidden_sizes: tuple[int, ...]
+    activation: str
+
+
+def set_learning_rate(optimizer: optim.Optimizer, lr: float, anneal: bool, progress: float
+                      ) -> float:
+    """Linear annealing to (almost) 0 at progress 1; returns the rate now in force."""
+    lrnow = lr
+    if anneal:
+        lrnow = max((1.0 - min(max(progress, 0.0), 1.0)) * lr, MIN_LEARNING_RATE)
+    optimizer.param_groups[0]["lr"] = lrnow
+    return lrnow
+
+
+class LearnerCore:
+    """The model, the optimiser, what actors need and checkpoints; no I/O, no threads."""
+
+    def __init__(self, spaces: dict[str, Any], config: NetConfig, device: str | torch.device):
+        self.spaces = spaces
+        self.config = config
+        self.device = torch.device(device)
+        self.model = ActorCritic(spaces, config.hidden_sizes, config.activation).to(self.device)
+        self.optimizer = self.make_optimizer()
+
+    def make_optimizer(self) -> optim.Optimizer:
+        """Adam, as PPO, IMPALA and APPO use; a core with another optimiser overrides this."""
+        return optim.Adam(self.model.parameters(), lr=self.config.learning_rate,
+                          eps=self.config.adam_eps)
+
+    # ---- what actors need -------------------------------------------------------------------
+    def actor_spec(self) -> dict[str, Any]:
+        """JSON-able recipe for `algos.policy.ActorPolicy`."""
+        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
+        return {"spaces": self.spaces, "net": net}
+
+    def weights(self) -> dict[str, np.ndarray]:
+        """The model's state_dict as float32 CPU numpy copies (safe to encode while training)."""
+        return {
+            k: v.detach().to("cpu", torch.float32).clone().numpy()
+            for k, v in self.model.state_dict().items()
+        }
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
