@@ -179,7 +179,18 @@ def main() -> None:
     (args.out / "results.json").write_text(json.dumps(
         {k: [{kk: vv for kk, vv in r.items()} for r in v] for k, v in results.items()},
         indent=1, default=str))
-    print(f"\nplot: {png}\nwall: {time.perf_counter() - t0:.0f} s")
+    wall = time.perf_counter() - t0
+    print(f"\nplot: {png}\nwall: {wall:.0f} s")
+    sys.path.insert(0, str(ROOT / "perf"))
+    import common  # perf's own helpers, only for run_all's results page
+
+    common.write_result("boost_vs_fixed", {
+        "title": "Boosting against fixed fan-outs (issue 4)",
+        "markdown": (f"Hopper-v5 PPO, simulated cloud, budget ${budget:g} per run, seeds "
+                     f"{', '.join(map(str, seeds))}, {wall:.0f} s wall in all. Plot: "
+                     f"`{png.relative_to(ROOT) if png.is_relative_to(ROOT) else png}`.\n\n"
+                     f"```\n{table(results)}\n```"),
+    })
 
 
 if __name__ == "__main__":
