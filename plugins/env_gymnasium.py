@@ -22,11 +22,9 @@ def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
     spec = {k: v for k, v in section.items() if k != "provider"}
     try:
         describe(spec)
-    except Exception as exc:
+    except TypeError as exc:  # gymnasium's creator rejected a keyword argument
         raise PlanError("env.kwargs", f"arguments {section['id']} accepts",
-                        section["kwargs"], note=f"{type(exc).__name__}: {exc}") from None
-
-
-def make(ctx: Any) -> None:
-    """Envs are built by actors and probes from the env spec; nothing runs on the learner."""
-    return None
+                        section["kwargs"], note=str(exc)) from None
+    except Exception as exc:  # spaces Nitro cannot train on, or an env that fails to build
+        raise PlanError("env.id", "an environment Nitro can build and train on",
+                        section["id"], note=f"{type(exc).__name__}: {exc}") from None
