@@ -8,6 +8,7 @@ the dtype is on a whitelist and the shape matches the byte count.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -80,7 +81,7 @@ def _unpack_ext(code: int, data: bytes) -> Any:
     ):
         raise CodecError("bad_shape", f"shape {shape!r}")
     dtype = np.dtype(dtype_name)
-    expected = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+    expected = dtype.itemsize * math.prod(shape)  # Python ints: no overflow on hostile shapes
     found = len(data) - offset
     if expected != found:
         raise CodecError(

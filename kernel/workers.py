@@ -19,6 +19,7 @@ import importlib
 import multiprocessing
 import os
 import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
@@ -86,10 +87,12 @@ def _resolve(target: str) -> Callable[..., Any]:
 
 
 def _worker_main(
-    conn: Connection, worker_id: int, initializer: str | None, env: dict[str, str]
+    conn: Connection, worker_id: int, initializer: str | None, env: dict[str, str],
+    learner_pid: int,
 ) -> None:
     """Body of a worker process: serve calls until the pipe closes."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
+    _watch_learner(learner_pid)
     os.environ.update(env)  # e.g. a Redis password, as a function's environment would hold
     if initializer:
         _resolve(initializer)()
@@ -136,6 +139,24 @@ def _worker_main(
                    "message": f"handler result is not JSON-like: {exc}", "trace": [],
                    "duration_ms": reply["duration_ms"]}
             conn.send_bytes(msgpack.packb(err, use_bin_type=True))
+
+
+def _watch_learner(learner_pid: int, period_s: float = 1.0) -> None:
+    """Exit when the learner process is gone. A forkserver outlives the learner while any of
+    its workers does, so neither notices a learner killed with SIGKILL; a hung handler would
+    otherwise keep its worker alive forever."""
+
+    def watch() -> None:
+        while True:
+            time.sleep(period_s)
+            try:
+                os.kill(learner_pid, 0)
+            except ProcessLookupError:
+                os._exit(1)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="learner-watch", daemon=True).start()
 
 
 def _plain(obj: Any) -> Any:
@@ -201,7 +222,7 @@ class WorkerPool:
         wid = self._next_id
         process = self._mp.Process(
             target=_worker_main,
-            args=(child, wid, self._initializer, self._env),
+            args=(child, wid, self._initializer, self._env, os.getpid()),
             name=f"{self.name}-{wid}",
             daemon=True,
         )

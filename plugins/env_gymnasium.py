@@ -28,3 +28,8 @@ def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
     except Exception as exc:  # spaces Nitro cannot train on, or an env that fails to build
         raise PlanError("env.id", "an environment Nitro can build and train on",
                         section["id"], note=f"{type(exc).__name__}: {exc}") from None
+
+
+def make(ctx: Any) -> None:
+    """Envs are built by actors and probes from the env spec; nothing runs on the learner."""
+    return None

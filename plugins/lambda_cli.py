@@ -28,7 +28,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9001)
     parser.add_argument("--function", default="nitro-actor", help="function name served")
-    parser.add_argument("--handler", default="plugins.handler:handler",
+    # dest differs from "handler": set_defaults(handler=...) names the sub-command's function.
+    parser.add_argument("--handler", dest="function_handler", default="plugins.handler:handler",
                         help="module:function to run")
     parser.add_argument("--concurrency", type=int, default=os.cpu_count() or 2,
                         help="reserved concurrency: warm workers; more sync calls get 429")

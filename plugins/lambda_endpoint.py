@@ -330,7 +330,8 @@ def config_from_args(args: argparse.Namespace) -> EndpointConfig:
     preload = None if args.preload is None else tuple(
         m.strip() for m in args.preload.split(",") if m.strip())
     return EndpointConfig(
-        host=args.host, port=args.port, function=args.function, handler=args.handler,
+        host=args.host, port=args.port, function=args.function,
+        handler=args.function_handler,
         concurrency=args.concurrency, timeout_s=args.timeout_s, memory_mb=args.memory_mb,
         retry_after_s=args.retry_after_s, preload=preload, initializer=args.initializer,
     )

@@ -93,6 +93,31 @@ class OnPolicyLearner:
             data["actions"].min(initial=0) < 0 or data["actions"].max(initial=0) >= action["n"]
         ):
             raise ValueError("discrete action out of range")
+        self._check_stats(body.get("stats", {}), obs_shape, t * e)
+
+    @staticmethod
+    def _check_stats(stats: Any, obs_shape: tuple[int, ...], samples: int) -> None:
+        """Normalisation moments merge into the run's statistics for good: a wrong shape would
+        crash the update and a NaN would poison every later observation."""
+        if not isinstance(stats, dict):
+            raise ValueError("batch stats is not a table")
+        for key, shape in (("obs_stats", obs_shape), ("ret_stats", ())):
+            if key not in stats:
+                continue
+            moments = stats[key]
+            if not isinstance(moments, dict) or not {"mean", "var", "count"} <= moments.keys():
+                raise ValueError(f"{key} lacks mean/var/count")
+            try:
+                mean = np.asarray(moments["mean"], dtype=np.float64)
+                var = np.asarray(moments["var"], dtype=np.float64)
+                count = float(moments["count"])
+            except (TypeError, ValueError):
+                raise ValueError(f"{key} is not numeric") from None
+            if mean.shape != shape or var.shape != shape:
+                raise ValueError(f"{key} shape {mean.shape}, expected {shape}")
+            if not (np.isfinite(mean).all() and np.isfinite(var).all() and (var >= 0).all()
+                    and np.isfinite(count) and 0 < count <= samples):
+                raise ValueError(f"{key} holds NaN, a negative variance or a bad count")
 
     # -- learning -----------------------------------------------------------------------------
 

@@ -82,7 +82,7 @@ def split_url(url: str) -> tuple[str, str | None]:
         raise ValueError(f"expected a redis://, rediss:// or unix:// URL, got scheme "
                          f"{parts.scheme!r}")
     password = unquote(parts.password) if parts.password is not None else None
-    if password is None:
+    if parts.password is None:
         return url, None
     host = parts.hostname or ""
     if ":" in host:  # IPv6 literal
@@ -90,6 +90,8 @@ def split_url(url: str) -> tuple[str, str | None]:
     netloc = host + (f":{parts.port}" if parts.port is not None else "")
     if parts.username:
         netloc = f"{parts.username}@{netloc}"
+    if password == "***":
+        password = None  # the redaction placeholder of a resolved plan: "given elsewhere"
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment)), password
 
 

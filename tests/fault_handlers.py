@@ -3,7 +3,8 @@
 ``faulty`` wraps the real handler. What goes wrong, for which actors and rounds, comes from the
 ``NITRO_FAULT`` environment variable (JSON), which worker processes inherit:
 ``{"mode": "raise" | "hang" | "crash" | "slow", "actors": [0], "rounds": [2], "seconds": 5,
-"once_file": "/tmp/x"}``. With ``once_file`` the fault happens only until that file exists.
+"once_file": "/tmp/x", "pid_file": "/tmp/p"}``. With ``once_file`` the fault happens only until
+that file exists; ``pid_file`` receives the faulty worker's process id.
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def faulty(event: dict[str, Any], context: Any) -> dict[str, Any]:
     fault = json.loads(os.environ.get("NITRO_FAULT", "{}"))
     if fault and _should_fail(event, fault):
         mode = fault["mode"]
+        if fault.get("pid_file"):
+            Path(fault["pid_file"]).write_text(str(os.getpid()))
         if mode == "raise":
             raise RuntimeError("injected handler failure")
         if mode == "hang":

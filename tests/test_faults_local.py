@@ -113,17 +113,24 @@ def test_sigint_during_a_fan_out_stops_cleanly_with_a_checkpoint(tmp_path: Path)
 @pytest.mark.parametrize("kill", [signal.SIGKILL])
 def test_a_killed_learner_resumes_from_its_checkpoint(tmp_path: Path, kill: int) -> None:
     out = tmp_path / "run"
-    proc = _popen(out, {"mode": "slow", "seconds": 30, "rounds": [4]}, "stop.max_rounds=6",
-                  "checkpoint.every=1")
+    pid_file = tmp_path / "actor.pid"
+    proc = _popen(out, {"mode": "slow", "seconds": 120, "rounds": [4],
+                        "pid_file": str(pid_file)}, "stop.max_rounds=6", "checkpoint.every=1")
     try:
-        _wait_for(lambda: (out / "checkpoints" / "ckpt-000003.nitro").exists(), proc)
-        time.sleep(0.5)
+        _wait_for(lambda: (out / "checkpoints" / "ckpt-000003.nitro").exists()
+                  and pid_file.exists(), proc)
         proc.send_signal(kill)
-        proc.communicate(timeout=30)
+        proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert not (out / "summary.json").exists()  # it really died
+    # Its actor, mid-invocation, does not outlive it by more than the watchdog's period.
+    actor = Path(f"/proc/{pid_file.read_text()}")
+    deadline = time.monotonic() + 15
+    while actor.exists() and (actor / "status").read_text().find("zombie") < 0:
+        assert time.monotonic() < deadline, "an orphaned actor is still running"
+        time.sleep(0.2)
     result = run_cli("run", "--resume", str(out), timeout=240)
     assert result.returncode == 0, result.stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
