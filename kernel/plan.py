@@ -23,6 +23,9 @@ RUN = {
     "seed": Field("int", 1, "Seed for the learner, actors and scalers.", min=0),
     "out_dir": Field("str", "runs", "Parent folder of run directories."),
     "device": Field("str", "auto", "torch device of the learner: auto, cpu, cuda, cuda:N."),
+    "torch_threads": Field(
+        "int", 0, "CPU threads of the learner's torch (0: 1 for vector observations, where "
+        "small minibatches lose to threading overhead; every core for pixels).", min=0),
     "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
     "mode": Field(
         "str", "sync",

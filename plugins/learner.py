@@ -24,6 +24,21 @@ ROLLOUT_KEYS = ("obs", "actions", "logprobs", "values", "rewards", "terminated",
 REWARD_CLIP = 10.0
 
 
+def configure_threads(spaces: Mapping[str, Any], requested: int) -> int:
+    """Set the learner's torch intra-op threads. Measured here: a PPO update of 2048 Hopper
+    samples in minibatches of 64 took 0.48 s on 1 thread and 5 s on 2 while another process
+    used the other core; the Nature CNN, in contrast, gains from every core."""
+    import os
+
+    import torch
+
+    threads = requested or (
+        (os.cpu_count() or 1) if len(spaces["obs_shape"]) == 3 else 1
+    )
+    torch.set_num_threads(threads)
+    return threads
+
+
 def resolve_device(name: str) -> str:
     if name != "auto":
         return name
@@ -37,6 +52,7 @@ class OnPolicyLearner:
         self.core = core
         self.spaces = spaces
         self.algo = algo
+        self.threads = configure_threads(spaces, ctx.plan["run"]["torch_threads"])
         env = ctx.plan["env"]
         self.steps = ctx.plan["actors"]["steps"]
         self.num_envs = env["num_envs"]
