@@ -81,6 +81,7 @@ class Engine:
         self._sinks: list[tuple[str, Any]] = []
         self._journal: Any = None
         self._entered = False
+        self._readers = 0
         self._t_start = 0.0
         self._wall_before = 0.0
 
@@ -126,7 +127,6 @@ class Engine:
 
     async def _build(self) -> None:
         plan = self.plan
-        seed = plan["run"]["seed"]
         transport = await self._make("transport", plan["transport"]["kind"], plan["transport"])
         # Actors (a worker pool whose forkserver imports torch) and the learner (which imports
         # torch and builds a probe env) start side by side: start-up is the slower of the two,
@@ -156,7 +156,6 @@ class Engine:
                    "transport": plan["transport"]["kind"], "scaler": plan["scaler"]["name"],
                    "cost": plan["cost"]["name"]},
         )
-        del seed
         if self._resume is not None:
             with blame("algo", plan["algo"]["name"]):
                 await asyncio.to_thread(checkpoint.restore, self, self._resume)
@@ -214,7 +213,8 @@ class Engine:
     ) -> AsyncIterator[ev.Event]:
         """Iterate the run's events until it stops. A slow reader loses the oldest events (see
         ``kernel.bus``); it never slows training."""
-        sub = self.bus.subscribe(f"events-{id(object())}", maxsize=maxsize, policy=policy,
+        self._readers += 1
+        sub = self.bus.subscribe(f"events-{self._readers}", maxsize=maxsize, policy=policy,
                                  types=types)
         try:
             async for event in sub:
