@@ -89,6 +89,7 @@ class OverlappedRounds:
         self.max_lag = cfg["max_lag"] if mode == "async" else 1
         self.fleet = Fleet(coordinator, continuous=(mode == "async"))
         self._started = False
+        self._stale = 0  # batches dropped as too old during the last collection
 
     def _batches_wanted(self) -> int:
         per_update = self.c.plan["actors"]["batches_per_update"]
