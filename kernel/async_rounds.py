@@ -41,6 +41,8 @@ class Fleet:
         self.pending: set[str] = set()
         self.receipts: list[Receipt] = []
         self.closing = False
+        #: Failed invocations since the last success: refills back off, and a collection gives up.
+        self.consecutive_failures = 0
         self._count = 0
         self._spec: dict[str, Any] | None = None
 
@@ -63,10 +65,19 @@ class Fleet:
             return
         receipt = task.result()
         self.receipts.append(receipt)
-        if not receipt.ok:
+        if receipt.ok:
+            self.consecutive_failures = 0
+        else:
             self.pending.discard(inv.request_id)
-        if self.continuous:
+            self.consecutive_failures += 1
+        if not self.continuous:
+            return
+        if receipt.ok:
             self.fill()
+        else:
+            # An actor that fails at once must not turn the fleet into a hot loop of failures.
+            delay = min(2.0, 0.05 * 2 ** min(self.consecutive_failures, 6))
+            asyncio.get_running_loop().call_later(delay, self.fill)
 
     def drain_receipts(self) -> list[Receipt]:
         out, self.receipts = self.receipts, []
@@ -132,6 +143,7 @@ class OverlappedRounds:
         message_ids: list[str] = []
         deadline = time.monotonic() + c.plan["actors"]["deadline_s"]
         stale_before = s.counters.stale_batches
+        self.fleet.consecutive_failures = 0
         while len(batches) < wanted:
             if c.stop_requested.is_set():
                 return None
@@ -140,6 +152,10 @@ class OverlappedRounds:
                 log.warning("update_deadline", round=number, received=len(batches),
                             wanted=wanted)
                 break
+            if self.fleet.consecutive_failures >= max(4, 2 * self.fleet.target):
+                log.warning("actors_failing", round=number,
+                            failures=self.fleet.consecutive_failures)
+                break  # an empty round: three of them stop the run (actors_failing)
             if not self.fleet.tasks and not self.fleet.closing:
                 self.fleet.fill()  # every invocation failed: start new ones
             message = await c.roles.transport.next_batch(timeout=min(remaining, 0.5))

@@ -46,6 +46,14 @@ def test_handler_exceptions_are_counted_and_the_round_goes_on(tmp_path: Path) ->
     assert s["env_steps"] == 3 * STEPS  # only the healthy actor's batches were used
 
 
+def test_async_mode_with_every_actor_failing_stops_instead_of_spinning(tmp_path: Path) -> None:
+    s = _run(tmp_path, {"mode": "raise"}, "run.mode=async", "actors.count=2",
+             "stop.max_rounds=50")
+    assert s["stop_reason"] == "actors_failing" and s["rounds"] == 3
+    assert s["env_steps"] == 0 and s["invocation_errors"] >= 3 * 4
+    assert s["invocation_errors"] < 200  # backed off, not a hot loop
+
+
 def test_a_hung_actor_is_killed_at_its_deadline(tmp_path: Path) -> None:
     s = _run(tmp_path, {"mode": "hang", "actors": [0], "rounds": [2]}, "actors.count=2",
              "stop.max_rounds=3", "actors.timeout_s=3", "actors.deadline_s=20")
