@@ -74,6 +74,9 @@ def _resolve(target: str | Callable[..., Any], plugin: Plugin) -> Callable[..., 
 class Registry:
     def __init__(self) -> None:
         self._plugins: dict[tuple[str, str], Plugin] = {}
+        #: Entry points that failed to load: name -> error. One broken package must not take
+        #: every other plugin down; a plan that names one of its plugins gets this error.
+        self.broken: dict[str, str] = {}
 
     def register(self, plugin: Plugin) -> None:
         if not isinstance(plugin, Plugin):
@@ -110,18 +113,23 @@ class Registry:
             try:
                 obj = ep.load()
             except Exception as exc:  # a broken third-party package must name itself
-                raise PluginError(f"entry point {ep.name!r} ({ep.value}) failed: {exc}") from exc
+                self.broken[ep.name] = f"{ep.value}: {type(exc).__name__}: {exc}"
+                _log_broken(ep.name, self.broken[ep.name])
+                continue
             plugins: Iterable[Any] = obj if isinstance(obj, (list, tuple)) else [obj]
             dist = ep.dist.name if ep.dist is not None else ep.value
             for plugin in plugins:
-                if not isinstance(plugin, Plugin):
-                    raise PluginError(f"entry point {ep.name!r} gave {type(plugin).__name__}")
-                if (plugin.kind, plugin.name) in self._plugins and self._plugins[
-                    (plugin.kind, plugin.name)
-                ].source == dist:
-                    continue  # the same distribution seen twice (editable installs)
-                self.register(_with_source(plugin, dist))
-                count += 1
+                try:
+                    if not isinstance(plugin, Plugin):
+                        raise PluginError(f"gave a {type(plugin).__name__}, not a Plugin")
+                    key = (plugin.kind, plugin.name)
+                    if key in self._plugins and self._plugins[key].source == dist:
+                        continue  # the same distribution seen twice (editable installs)
+                    self.register(_with_source(plugin, dist))
+                    count += 1
+                except PluginError as exc:
+                    self.broken[ep.name] = str(exc)
+                    _log_broken(ep.name, str(exc))
         return count
 
     def get(self, kind: str, name: str) -> Plugin:
@@ -129,13 +137,23 @@ class Registry:
             return self._plugins[(kind, name)]
         except KeyError:
             known = ", ".join(sorted(self.names(kind))) or "none"
-            raise PluginError(f"no {kind} plugin named {name!r} (known: {known})") from None
+            broken = "".join(f"; entry point {k!r} failed to load ({v})"
+                             for k, v in sorted(self.broken.items()))
+            raise PluginError(
+                f"no {kind} plugin named {name!r} (known: {known}){broken}") from None
 
     def names(self, kind: str) -> list[str]:
         return sorted(n for k, n in self._plugins if k == kind)
 
     def all(self) -> list[Plugin]:
         return sorted(self._plugins.values(), key=lambda p: (KINDS.index(p.kind), p.name))
+
+
+def _log_broken(name: str, error: str) -> None:
+    import structlog
+
+    structlog.get_logger("kernel.registry").warning("entry_point_failed", entry_point=name,
+                                                     error=error)
 
 
 def _with_source(plugin: Plugin, source: str) -> Plugin:

@@ -99,3 +99,29 @@ def test_every_builtin_factory_resolves() -> None:
             assert callable(plugin.load()), plugin.name
             for key, spec in plugin.config.items():
                 assert isinstance(spec, Field), key
+
+
+def test_a_broken_third_party_package_does_not_take_the_others_down(tmp_path: Path) -> None:
+    """An entry point whose module cannot be imported (e.g. a package installed while workers
+    were already running) is recorded and named, and every other plugin still works."""
+    site = tmp_path / "site"
+    dist = site / "ghostpkg-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: ghostpkg\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[nitro.plugins]\nghost = ghost_module_xyz:PLUGINS\n")
+    code = textwrap.dedent("""
+        from kernel.registry import Registry, PluginError
+        r = Registry(); r.load_entry_points()
+        assert r.get("algo", "ppo").name == "ppo"
+        assert "ghost" in r.broken and "ghost_module_xyz" in r.broken["ghost"]
+        try:
+            r.get("scaler", "ghostly")
+        except PluginError as exc:
+            assert "entry point 'ghost' failed to load" in str(exc), exc
+            print("ok")
+    """)
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=root,
+                         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"}, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().endswith("ok")
