@@ -165,7 +165,7 @@ class APPO(LearnerCore):
     def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """Time-first tensors plus the target network's logprobs of the batch's actions."""
         b = make_sequence_batch(rollout, self.config.gamma, self.model.discrete, self.device)
-        self.target_model.eval()
+        self.target_model.train(False)  # inference mode for the target network
         b["target_logprobs"] = forward_sequences(self.target_model, b, None)[0].T.contiguous()
         return b
 

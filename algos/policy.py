@@ -40,7 +40,7 @@ class ActorPolicy:
                 hidden_sizes=tuple(net.get("hidden_sizes", (64, 64))),
                 activation=net.get("activation", "tanh"),
             )
-        self.model.eval()
+        self.model.train(False)  # inference only: no dropout/batch-norm updates
         self.discrete = self.model.discrete
 
     def load(self, weights: dict[str, Any]) -> None:
