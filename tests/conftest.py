@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,3 +83,25 @@ def run_cli(*args: str, timeout: float = 300, env: dict[str, str] | None = None,
         [PYTHON, "-m", "kernel", *args], capture_output=True, text=True, timeout=timeout,
         cwd=cwd or ROOT, env={**os.environ, **(env or {})},
     )
+
+
+def run_watching(engine: Any, on_event: Any) -> dict[str, Any]:
+    """Run the engine while ``on_event`` sees every event, inside the engine's own loop (so a
+    test can inject faults at a chosen moment)."""
+    import asyncio
+
+    async def body() -> dict[str, Any]:
+        async with engine:
+            async def watch() -> None:
+                async for event in engine.events(maxsize=100_000):
+                    await on_event(event)
+
+            watcher = asyncio.create_task(watch())
+            await asyncio.sleep(0)
+            try:
+                return await engine.run()
+            finally:
+                watcher.cancel()
+                await asyncio.gather(watcher, return_exceptions=True)
+
+    return asyncio.run(body())

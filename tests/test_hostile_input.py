@@ -12,7 +12,6 @@ does (413, 400), and the actor function refuses malformed events before doing an
 
 from __future__ import annotations
 
-import asyncio
 import json
 import pickle
 import time
@@ -30,7 +29,7 @@ from kernel import events as ev
 from kernel.engine import Engine
 from plugins import handler as actor_function
 from plugins.transport_redis import batches_key
-from tests.conftest import ROOT, RedisServer
+from tests.conftest import ROOT, RedisServer, run_watching
 from tests.lambda_handlers import Endpoint
 
 CARTPOLE = ROOT / "plans" / "cartpole.toml"
@@ -114,24 +113,6 @@ def _forged(payload: bytes) -> list[tuple[str, bytes]]:
     return forged
 
 
-def _run_with(engine: Engine, on_event: Any) -> dict[str, Any]:
-    """Run the engine while ``on_event`` sees every event, inside the engine's loop."""
-
-    async def body() -> dict[str, Any]:
-        async with engine:
-            async def watch() -> None:
-                async for event in engine.events(maxsize=100_000):
-                    await on_event(event)
-
-            watcher = asyncio.create_task(watch())
-            await asyncio.sleep(0)
-            try:
-                return await engine.run()
-            finally:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
-
-    return asyncio.run(body())
 
 
 def _honest_payload(r: redis.Redis, stream: str) -> bytes | None:
@@ -174,7 +155,7 @@ def test_hostile_payloads_are_counted_and_the_run_finishes(
             del big
             sent["junk"].append("too_large")
 
-    summary = _run_with(engine, inject)
+    summary = run_watching(engine, inject)
     assert len(sent["forged"]) == 8 and len(sent["junk"]) == len(_junk()) + 2
     assert summary["stop_reason"] == "max_rounds", summary
     assert summary["rounds"] == ROUNDS
@@ -237,7 +218,7 @@ def test_well_shaped_batches_that_would_break_the_update_are_refused(
                 r.xadd(stream, {"p": codec.encode("batch", forged)})
                 sent.append(forged["request_id"])
 
-    summary = _run_with(engine, inject)
+    summary = run_watching(engine, inject)
     assert len(sent) == 2
     assert summary["stop_reason"] == "max_rounds", summary
     assert summary["rejected_reasons"].get("invalid_batch") == 2

@@ -18,7 +18,7 @@ import redis
 from kernel import events as ev
 from kernel.engine import Engine
 from plugins.transport_redis import PASSWORD_ENV, batches_key
-from tests.conftest import ROOT, RedisServer, run_cli
+from tests.conftest import ROOT, RedisServer, run_cli, run_watching
 
 pytestmark = pytest.mark.redis
 
@@ -51,24 +51,6 @@ def test_cli_run_through_redis(redis_server: RedisServer, tmp_path: Path) -> Non
     assert r.xpending(stream, "learners")["pending"] == 0
 
 
-def _run_with(engine: Engine, on_event: Any) -> dict[str, Any]:
-    """Run the engine while ``on_event`` sees every event (from inside the same loop)."""
-
-    async def body() -> dict[str, Any]:
-        async with engine:
-            async def watch() -> None:
-                async for event in engine.events(maxsize=100_000):
-                    await on_event(event)
-
-            watcher = asyncio.create_task(watch())
-            await asyncio.sleep(0)
-            try:
-                return await engine.run()
-            finally:
-                watcher.cancel()
-                await asyncio.gather(watcher, return_exceptions=True)
-
-    return asyncio.run(body())
 
 
 def test_garbage_pickle_and_duplicate_are_refused_while_the_run_goes_on(
@@ -92,7 +74,7 @@ def test_garbage_pickle_and_duplicate_are_refused_while_the_run_goes_on(
                     injected.append("dup")
                     break
 
-    summary = _run_with(engine, inject)
+    summary = run_watching(engine, inject)
     assert injected == ["junk", "dup"]
     assert summary["stop_reason"] == "max_rounds"
     assert summary["rounds"] == 4
@@ -119,7 +101,7 @@ def test_redis_restart_mid_run(redis_server: RedisServer, tmp_path: Path) -> Non
             await asyncio.to_thread(redis_server.restart)
             restarted.append(event.round)
 
-    summary = _run_with(engine, restart)
+    summary = run_watching(engine, restart)
     assert restarted == [2]
     assert summary["stop_reason"] == "max_rounds", summary
     assert summary["rounds"] == 4
