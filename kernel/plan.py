@@ -62,7 +62,8 @@ ACTORS = {
     "backend": Field("str", "local", "actors plugin: local, lambda."),
     "count": Field("int", 1, "Actors in round 1 (and every round with the fixed scaler).", min=1),
     "min": Field("int", 1, "Fewest actors a scaler may choose.", min=1),
-    "max": Field("int", None, "Most actors a scaler may choose (default: count).", min=1),
+    "max": Field("int", None, "Most actors a scaler may choose (default: count; 8 x count "
+                 "for the adaptive scalers).", min=1),
     "steps": Field("int", 128, "Env steps per env per invocation.", min=1),
     "workers": Field("int", 0, "Local worker processes (0: one per core).", min=0, max=1024),
     "deadline_s": Field(
@@ -208,6 +209,7 @@ def validate_plan(raw: dict[str, Any], registry: Registry) -> dict[str, Any]:
         ]
     _cross_checks(plan)
     _plugin_checks(plan, registry)
+    _finalize(plan)
     return plan
 
 
@@ -244,14 +246,21 @@ def _cross_checks(plan: dict[str, Any]) -> None:
             note="a run needs an end",
         )
     actors = plan["actors"]
-    if actors["max"] is None:
-        actors["max"] = max(actors["count"], actors["min"])
-    if not actors["min"] <= actors["count"] <= actors["max"]:
+    top = actors["max"] if actors["max"] is not None else max(actors["count"], actors["min"])
+    if not actors["min"] <= actors["count"] <= top:
         raise PlanError(
             "actors.count",
-            f"a count between actors.min ({actors['min']}) and actors.max ({actors['max']})",
+            f"a count between actors.min ({actors['min']}) and actors.max ({top})",
             actors["count"],
         )
+
+
+def _finalize(plan: dict[str, Any]) -> None:
+    """Defaults that plugin validators may have chosen first (an adaptive scaler widens an
+    unset actors.max); otherwise actors.max is the start count."""
+    actors = plan["actors"]
+    if actors["max"] is None:
+        actors["max"] = max(actors["count"], actors["min"])
 
 
 def _plugin_checks(plan: dict[str, Any], registry: Registry) -> None:

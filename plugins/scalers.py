@@ -245,3 +245,30 @@ def _reward(record: RoundRecord) -> float | None:
     if record.eval_return is not None:
         return _finite(record.eval_return)
     return _finite(record.episode_return_mean)
+
+
+#: When a plan leaves actors.max unset, an adaptive scaler gets room to boost.
+ADAPTIVE_MAX_FACTOR = 8
+
+
+def validate_adaptive(section: dict[str, Any], plan: dict[str, Any]) -> None:
+    """Plan-time defaults for scalers that change N: with actors.max unset they would be pinned
+    to the start count, so they get ADAPTIVE_MAX_FACTOR x count; and the probe a scaler reads
+    (nitro: hessian, gns: gns) is added with its defaults when the plan has none."""
+    actors = plan["actors"]
+    if actors["max"] is None:
+        actors["max"] = max(actors["min"], ADAPTIVE_MAX_FACTOR * actors["count"])
+    probe = {"nitro": "hessian", "gns": "gns"}.get(section["name"])
+    signal = section.get("signal")
+    if probe is None or (signal is not None and signal != _DEFAULT_SIGNAL[section["name"]]):
+        return
+    if not any(item["name"] == probe for item in plan["probes"]):
+        from kernel.plan import PROBE_ITEM
+        from kernel.registry import default_registry
+        from kernel.schema import validate_table
+
+        fields = {**PROBE_ITEM, **default_registry().get("probe", probe).config}
+        plan["probes"].insert(0, validate_table(f"probes[{probe}]", {"name": probe}, fields))
+
+
+_DEFAULT_SIGNAL = {"nitro": "hessian_ratio", "gns": "gns"}

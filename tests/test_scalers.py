@@ -229,3 +229,19 @@ def test_engine_run_stays_inside_its_budget(tmp_path: Path) -> None:
     assert any("score" in e["detail"] or e["detail"].get("skipped") for e in scaled)
     probes = [e for e in events if e["event"] == "ProbeMeasured" and e["probe"] == "hessian"]
     assert probes and all(e["probe_s"] > 0 for e in probes)
+
+
+def test_adaptive_scalers_get_room_and_their_probe_by_default() -> None:
+    """`--set scaler.name=nitro` on a plan written for the fixed scaler must still boost: an
+    unset actors.max widens to 8 x count and the hessian probe it reads is added."""
+    from kernel.plan import load_plan
+
+    plan = load_plan("plans/hopper.toml", {"scaler.name": "nitro"})
+    assert plan["actors"]["max"] == 8 * plan["actors"]["count"]
+    assert [p["name"] for p in plan["probes"]][:2] == ["hessian", "eval"]
+    assert plan["probes"][0]["samples"] == 2048  # the probe's own defaults
+    fixed = load_plan("plans/hopper.toml")
+    assert fixed["actors"]["max"] == fixed["actors"]["count"]
+    explicit = load_plan("plans/hopper.toml", {"scaler.name": "gns", "actors.max": 3})
+    assert explicit["actors"]["max"] == 3
+    assert [p["name"] for p in explicit["probes"]][0] == "gns"

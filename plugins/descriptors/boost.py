@@ -25,6 +25,9 @@ AWS_COST_CONFIG = {
                              min=1),
 }
 
+#: Adaptive scalers widen an unset actors.max and add the probe they read (plugins/scalers.py).
+ADAPTIVE = "plugins.scalers:validate_adaptive"
+
 HESSIAN_CONFIG = {
     "samples": Field("int", 2048, "Batch samples the Hessian is taken on (0: all).", min=0),
     "max_steps": Field("int", 100, "Most Lanczos steps.", min=2, max=1000),
@@ -77,17 +80,19 @@ PLUGINS = [
     Plugin("min", "scaler", "plugins.scalers:MinScaler", "Always actors.min."),
     Plugin("max", "scaler", "plugins.scalers:MaxScaler", "Always actors.max."),
     Plugin("random", "scaler", "plugins.scalers:RandomScaler",
-           "Uniform in [actors.min, actors.max], seeded; capped by the budget."),
+           "Uniform in [actors.min, actors.max], seeded; capped by the budget.",
+           validator=ADAPTIVE),
     Plugin("nitro", "scaler", "plugins.scalers:NitroScaler",
            "The paper's Hessian-ratio boosting with a decaying floor and a budget cap.",
-           config=NITRO_CONFIG),
+           config=NITRO_CONFIG, validator=ADAPTIVE),
     Plugin("gns", "scaler", "plugins.scalers:GnsScaler",
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
-           config=GNS_SCALER_CONFIG),
+           config=GNS_SCALER_CONFIG, validator=ADAPTIVE),
     Plugin("schedule", "scaler", "plugins.scalers:ScheduleScaler",
-           "Ascending or descending step schedule.", config=SCHEDULE_CONFIG),
+           "Ascending or descending step schedule.", config=SCHEDULE_CONFIG,
+           validator=ADAPTIVE),
     Plugin("reward_slope", "scaler", "plugins.scalers:RewardSlopeScaler",
-           "More actors while the return is flat, fewer while it climbs.",
+           "More actors while the return is flat, fewer while it climbs.", validator=ADAPTIVE,
            config=REWARD_SLOPE_CONFIG),
     Plugin("hessian", "probe", "plugins.probe_hessian:HessianProbe",
            "Extreme Hessian eigenvalues of the loss (Lanczos); reports hessian_ratio.",
