@@ -195,10 +195,7 @@ class APPO(LearnerCore):
                 loss, parts = appo_loss(self.model, mb, c)
                 clipfracs.append(parts["clipfrac"].item())
 
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-                self.optimizer.step()
+                self.sgd_step(loss, c.max_grad_norm)
 
         return {
             "learning_rate": float(lrnow),

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 import numpy as np
 import torch
-from torch import optim
+from torch import nn, optim
 
 from algos.nets import ActorCritic
 
@@ -62,6 +62,15 @@ class LearnerCore:
             k: v.detach().to("cpu", torch.float32).clone().numpy()
             for k, v in self.model.state_dict().items()
         }
+
+    # ---- one optimiser step -----------------------------------------------------------------
+    def sgd_step(self, loss: torch.Tensor, max_grad_norm: float) -> float:
+        """Backward, clip the global gradient norm, step; returns the norm before clipping."""
+        self.optimizer.zero_grad()
+        loss.backward()
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
+        self.optimizer.step()
+        return float(grad_norm)
 
     # ---- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -206,10 +206,7 @@ class IMPALA(LearnerCore):
                 loss, parts = impala_loss(self.model, mb, c)
                 rho_clipfracs.append(parts["rho_clipfrac"].item())
 
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-                self.optimizer.step()
+                self.sgd_step(loss, c.max_grad_norm)
 
         return {
             "learning_rate": float(lrnow),

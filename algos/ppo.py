@@ -237,10 +237,7 @@ class PPO(LearnerCore):
                 loss, parts = ppo_loss(self.model, mb, c)
                 clipfracs.append(parts["clipfrac"].item())
 
-                self.optimizer.zero_grad()
-                loss.backward()
-                nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-                self.optimizer.step()
+                self.sgd_step(loss, c.max_grad_norm)
 
             if c.target_kl is not None and parts["approx_kl"].item() > c.target_kl:
                 break

@@ -104,10 +104,7 @@ class A2C(LearnerCore):
         }
         self.model.train()
         loss, parts = a2c_loss(self.model, b, c)
-        self.optimizer.zero_grad()
-        loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), c.max_grad_norm)
-        self.optimizer.step()
+        grad_norm = self.sgd_step(loss, c.max_grad_norm)
         return {
             "learning_rate": float(lrnow),
             "loss": loss.item(),
