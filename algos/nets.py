@@ -19,6 +19,8 @@ from torch.distributions import Categorical, Distribution, Independent, Normal
 
 L = TypeVar("L", nn.Linear, nn.Conv2d)
 
+_HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
+
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
@@ -137,12 +139,26 @@ class ActorCritic(nn.Module):
     def get_action_and_value(
         self, obs: torch.Tensor, action: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(action, logprob, entropy, value); samples an action when none is given."""
+        """(action, logprob, entropy, value); samples an action when none is given.
+
+        Scoring given actions (every learner minibatch) uses the closed forms below rather than
+        a `torch.distributions` object, whose construction and checks cost about a tenth of a
+        small MLP's whole SGD step; the values are the same formulas `Normal` and `Categorical`
+        evaluate.
+        """
         actor_out, value = self.heads(obs)
-        probs = self.make_dist(actor_out)
         if action is None:
-            action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), value
+            action = self.make_dist(actor_out).sample()
+        if self.discrete:
+            log_probs = torch.log_softmax(actor_out, dim=-1)
+            logprob = log_probs.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+            entropy = -(log_probs.exp() * log_probs).sum(-1)
+        else:
+            log_std = self.actor_logstd.expand_as(actor_out)
+            z = (action - actor_out) * torch.exp(-log_std)
+            logprob = (-0.5 * z.square() - log_std).sum(-1) - _HALF_LOG_2PI * actor_out.shape[-1]
+            entropy = (log_std + (0.5 + _HALF_LOG_2PI)).sum(-1)
+        return action, logprob, entropy, value
 
     # `forward` is what `torch.func.functional_call` runs, so the loss can be taken functionally.
     forward = get_action_and_value

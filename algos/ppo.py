@@ -58,6 +58,11 @@ class PPOConfig:
     """activation of the MLPs ("tanh" or "relu")"""
     adam_eps: float = 1e-5
     """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
+    decoupled: bool = True
+    """clip against the learner's policy at the start of the update (the proximal policy)
+    and weight each sample by pi_prox / mu, capped at 2 (Hilton et al., 2022): pipelined
+    actors sample with the previous weights, and clipping against their policy would
+    start every update half clipped. With fresh batches pi_prox = mu and the weights are 1."""
 
 
 
@@ -119,19 +124,21 @@ def ppo_loss(
     logratio = newlogprob - mb["logprobs"]
     ratio = logratio.exp()
 
-    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-    old_approx_kl = (-logratio).mean().detach()
-    approx_kl = ((ratio - 1) - logratio).mean().detach()
-    clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean().detach()
+    # calculate approx_kl http://joschu.net/blog/kl-approx.html (no graph: diagnostics only)
+    with torch.no_grad():
+        old_approx_kl = (-logratio).mean()
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > config.clip_coef).float().mean()
 
     mb_advantages = mb["advantages"]
     if config.norm_adv:
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
-    # Policy loss
+    # Policy loss (`is_weights`, pi_prox / mu, corrects for actors that lag the learner)
     pg_loss1 = -mb_advantages * ratio
     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
-    pg_loss = torch.max(pg_loss1, pg_loss2).mean()
+    pg_loss = torch.max(pg_loss1, pg_loss2)
+    pg_loss = (pg_loss * mb["is_weights"] if "is_weights" in mb else pg_loss).mean()
 
     # Value loss
     if config.clip_vloss:
@@ -201,7 +208,7 @@ class PPO(LearnerCore):
             obs = obs.astype(np.float32, copy=False)
         actions = np.asarray(rollout["actions"])
         actions = actions.astype(np.int64 if self.model.discrete else np.float32, copy=False)
-        return {
+        b = {
             "obs": flat(obs),
             "actions": flat(actions),
             "logprobs": flat(np.asarray(rollout["logprobs"], dtype=np.float32)),
@@ -209,6 +216,12 @@ class PPO(LearnerCore):
             "returns": flat(returns),
             "values": flat(values),
         }
+        if c.decoupled:
+            with torch.no_grad():
+                _, prox_logprobs, _, _ = self.model(b["obs"], b["actions"])
+            b["is_weights"] = (prox_logprobs - b["logprobs"]).exp().clamp(max=2.0)
+            b["logprobs"] = prox_logprobs
+        return b
 
     def loss(
         self, mb: dict[str, torch.Tensor], params: dict[str, torch.Tensor] | None = None

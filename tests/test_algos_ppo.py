@@ -162,6 +162,50 @@ def test_update_returns_finite_diagnostics_and_small_kl(spaces: dict[str, Any]) 
     assert any(not np.array_equal(before[k], after[k]) for k in before)
 
 
+@pytest.mark.parametrize("spaces", [DISCRETE, BOX], ids=["discrete", "box"])
+def test_closed_form_scores_equal_torch_distributions(spaces: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    ppo = PPO(spaces, PPOConfig())
+    with torch.no_grad():
+        if not ppo.model.discrete:
+            ppo.model.actor_logstd.fill_(-0.7)  # a std other than 1 exercises the scaling
+        obs = torch.from_numpy(random_obs(spaces, 32, rng=np.random.default_rng(1)))
+        actions, logprob, entropy, _ = ppo.model.get_action_and_value(obs)
+        dist = ppo.model.dist(obs)
+        torch.testing.assert_close(logprob, dist.log_prob(actions), rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(entropy, dist.entropy(), rtol=1e-5, atol=1e-5)
+
+
+def test_decoupled_batch_clips_against_the_learner_policy_and_reweights_lagging_samples(
+) -> None:
+    torch.manual_seed(0)
+    ppo = PPO(BOX, PPOConfig())
+    fresh = synthetic_rollout(ppo, 32, 4)
+    b = ppo.make_batch(fresh)
+    # Sampled by the learner's own weights: pi_prox = mu, the weights are 1.
+    torch.testing.assert_close(b["is_weights"], torch.ones(128), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(b["logprobs"], torch.from_numpy(fresh["logprobs"].reshape(-1)),
+                               rtol=1e-4, atol=1e-4)
+
+    # Pipelined actors sampled with an older policy: here mu differs from pi_prox by a known
+    # factor per sample (e^-1, 1, e^+1), so the weights are pi_prox / mu capped at 2.
+    stale = dict(fresh)
+    shift = np.resize(np.array([1.0, 0.0, -1.0], dtype=np.float32), (32, 4))
+    stale["logprobs"] = fresh["logprobs"] - shift
+    b = ppo.make_batch(stale)
+    expected = np.minimum(np.exp(shift.reshape(-1)), 2.0)
+    np.testing.assert_allclose(b["is_weights"].numpy(), expected, rtol=1e-4)
+    # The surrogate starts at ratio 1 against pi_prox: nothing is clipped before the first step.
+    _, parts = ppo.loss(b)
+    assert parts["clipfrac"].item() == 0.0 and abs(parts["approx_kl"].item()) < 1e-6
+
+    # Without decoupling the stale samples start clipped (CleanRL's behaviour).
+    plain = PPO(BOX, PPOConfig(decoupled=False))
+    plain.model.load_state_dict(ppo.model.state_dict())
+    b = plain.make_batch(stale)
+    assert "is_weights" not in b and plain.loss(b)[1]["clipfrac"].item() > 0.5
+
+
 def test_update_with_batch_not_divisible_by_minibatches() -> None:
     torch.manual_seed(0)
     ppo = PPO(DISCRETE, PPOConfig(num_minibatches=4))

@@ -24,6 +24,9 @@ PPO_CONFIG = {
     "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
     "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
+    "decoupled": Field("bool", True, "Clip against the learner's policy at the update's start "
+                       "and weight samples by pi_prox/mu (capped at 2): pipelined actors lag "
+                       "one version."),
 }
 
 LOCAL_CONFIG = {
