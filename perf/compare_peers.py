@@ -1,10 +1,11 @@
 """Issue 8: Nitro against Stable-Baselines3 and Ray RLlib PPO on the same tasks, same machine.
 
-Tasks (3 seeds each, medians and ranges): CartPole-v1 to a 10-episode deterministic eval mean
-of 475 (wall time, env steps), and Hopper-v5 for 300k env steps (wall time without evaluation,
+Tasks (medians and ranges over seeds): CartPole-v1 to a 10-episode deterministic eval mean
+of 475 (wall time, env steps; 5 seeds), and Hopper-v5 (3 seeds) for 300k env steps (wall time without evaluation,
 env steps/s, final 10-episode deterministic return). Nitro runs through its CLI with
 ``plans/cartpole.toml`` and ``plans/hopper.toml`` (``stop.max_env_steps`` set to the budget);
-each peer runs in its own venv (``perf/peers/setup.sh``) through ``perf/peers/<peer>_run.py``.
+each peer runs in its own venv (``perf/peers/setup.sh``) through ``perf/peers/<peer>_run.py``
+(SB3 twice: with its defaults and with one torch thread).
 Runs alternate between implementations seed by seed so background load hits all alike. The
 table goes into ``perf/results/compare_peers.json`` and ``perf/RESULTS.md``.
 
@@ -27,8 +28,14 @@ from cartpole_time import run_nitro as run_nitro_cartpole
 
 PEERS = c.PERF / "peers"
 PEER_PY = {"sb3": PEERS / ".venv-sb3" / "bin" / "python",
+           "sb3_1t": PEERS / ".venv-sb3" / "bin" / "python",
            "rllib": PEERS / ".venv-rllib" / "bin" / "python"}
-IMPLS = ("nitro", "sb3", "rllib")
+#: ``sb3`` runs with the library's defaults (torch takes every core for its intra-op threads);
+#: ``sb3_1t`` is SB3 with one torch thread, the setting Nitro's learner picks for small MLPs —
+#: the fairer opponent where 2 threads on tiny minibatches only add contention.
+IMPLS = ("nitro", "sb3", "sb3_1t", "rllib")
+PEER_SCRIPT = {"sb3": "sb3_run.py", "sb3_1t": "sb3_run.py", "rllib": "rllib_run.py"}
+PEER_ARGS = {"sb3_1t": ["--threads", "1"]}
 HOPPER_PLAN = c.ROOT / "plans" / "hopper.toml"
 #: Used when plans/hopper.toml is missing: the same settings the peers use.
 HOPPER_FALLBACK = {
@@ -75,13 +82,13 @@ def run_nitro_hopper(seed: int, steps: int, out: Path, plan: Path, timeout: floa
 
 def run_peer(impl: str, task: str, seed: int, timeout: float, steps: int | None
              ) -> dict[str, Any]:
-    cmd = [str(PEER_PY[impl]), str(PEERS / f"{impl}_run.py"), "--task", task,
-           "--seed", str(seed)]
+    cmd = [str(PEER_PY[impl]), str(PEERS / PEER_SCRIPT[impl]), "--task", task,
+           "--seed", str(seed), *PEER_ARGS.get(impl, [])]
     if steps:
         cmd += ["--total-timesteps", str(steps)]
     proc = c.run(cmd, timeout=timeout)
     r = proc.last_json()
-    r.update(rc=proc.rc, process_s=proc.process_s, command=" ".join(cmd))
+    r.update(impl=impl, rc=proc.rc, process_s=proc.process_s, command=" ".join(cmd))
     return r
 
 
@@ -145,7 +152,10 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str]
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, Hopper 20k steps")
-    parser.add_argument("--seeds", type=int, nargs="+", default=None)
+    parser.add_argument("--seeds", type=int, nargs="+", default=None,
+                        help="Hopper seeds (default 1 2 3; 1 with --quick)")
+    parser.add_argument("--cartpole-seeds", type=int, nargs="+", default=None,
+                        help="CartPole seeds (default 1-5: steps to 475 vary 4x by seed)")
     parser.add_argument("--tasks", nargs="+", choices=sorted(METRICS),
                         default=["cartpole", "hopper"])
     parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
@@ -155,6 +165,8 @@ def main() -> int:
     parser.add_argument("--note", default="", help="a remark saved with the result")
     args = parser.parse_args()
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
+    seeds_for = {"hopper": seeds,
+                 "cartpole": args.cartpole_seeds or ([1] if args.quick else [1, 2, 3, 4, 5])}
     args.hopper_steps = args.hopper_steps or (20_480 if args.quick else 300_000)
     impls = []
     for impl in args.impls:
@@ -168,7 +180,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="nitro-peers-") as tmp:
         for task in args.tasks:
             results[task] = {i: [] for i in impls}
-            for seed in seeds:
+            for seed in seeds_for[task]:
                 for impl in impls:
                     c.log(f"{task} {impl} seed {seed}")
                     r = run_one(impl, task, seed, args, Path(tmp))
@@ -178,7 +190,9 @@ def main() -> int:
                                   f"return {r.get('final_eval_return')}"))
     md, ratios = table(results, impls)
     note = f"\n\n{args.note}" if args.note else ""
-    md += (f"\n\nHopper budget {args.hopper_steps:,} env steps; seeds {seeds}. Goal (issue 8): "
+    md += (f"\n\nHopper budget {args.hopper_steps:,} env steps; Hopper seeds {seeds}, CartPole "
+           f"seeds {seeds_for['cartpole']}. `sb3` is SB3 with its defaults (torch's intra-op "
+           "threads on every core), `sb3_1t` the same with one torch thread. Goal (issue 8): "
            "Nitro at least 2x faster in wall time than SB3 (ratio <= 0.5) and ahead of RLlib "
            "(ratio < 1), with equal or better returns. Settings and every difference between "
            f"the libraries: `perf/peers/README.md`.{note}")
@@ -187,10 +201,10 @@ def main() -> int:
     for impl in impls:
         if impl != "nitro":
             versions[impl] = c.versions(str(PEER_PY[impl]), (
-                "torch", "gymnasium", "mujoco", "stable-baselines3" if impl == "sb3" else "ray"))
+                "torch", "gymnasium", "mujoco", "ray" if impl == "rllib" else "stable-baselines3"))
     c.write_result("compare_peers", {
         "title": "Nitro vs Stable-Baselines3 vs RLlib: PPO on CartPole and Hopper (issue 8)",
-        "quick": args.quick, "seeds": seeds, "hopper_steps": args.hopper_steps,
+        "quick": args.quick, "seeds": seeds_for, "hopper_steps": args.hopper_steps,
         "results": results, "ratios": ratios, "markdown": md,
         "versions": {f"{k}:{p}": v for k, vs in versions.items() for p, v in vs.items()},
         "note": args.note,
