@@ -24,7 +24,7 @@ from typing import Any
 import structlog
 
 from kernel import events as ev
-from kernel.coordinator import Coordinator
+from kernel.coordinator import LOST_BATCH_GRACE_S, Coordinator
 from kernel.roles import Batch, Invocation, Receipt
 
 log = structlog.get_logger("kernel.async_rounds")
@@ -43,16 +43,27 @@ class Fleet:
         self.closing = False
         #: Failed invocations since the last success: refills back off, and a collection gives up.
         self.consecutive_failures = 0
+        #: When the last invocation finished: a batch still missing LOST_BATCH_GRACE_S later is lost.
+        self.last_done = time.monotonic()
         self._count = 0
         self._spec: dict[str, Any] | None = None
 
     def fill(self) -> None:
+        """Top the invocations in flight up to ``target`` (async mode)."""
+        self.launch(self.target - len(self.tasks))
+
+    def launch(self, count: int, ahead: int = 0) -> None:
+        """Start ``count`` new invocations with the newest weights, for the round after the
+        current one plus ``ahead`` (its number goes into the request id)."""
         c = self.coordinator
         if self._spec is None:
             self._spec = c.actor_spec()
-        while not self.closing and len(self.tasks) < self.target:
+        for _ in range(max(0, count)):
+            if self.closing:
+                return
             self._count += 1
-            inv = c._invocation(c.state.round + 1, c.state.version, self._count, self._spec)
+            inv = c._invocation(c.state.round + 1 + ahead, c.state.version, self._count,
+                                self._spec)
             task = asyncio.create_task(c._invoke(inv), name=inv.request_id)
             self.tasks[task] = inv
             self.pending.add(inv.request_id)
@@ -61,6 +72,7 @@ class Fleet:
 
     def _done(self, task: asyncio.Task[Receipt]) -> None:
         inv = self.tasks.pop(task, None)
+        self.last_done = time.monotonic()
         if task.cancelled() or inv is None:
             return
         receipt = task.result()
@@ -101,10 +113,14 @@ class OverlappedRounds:
         self.fleet = Fleet(coordinator, continuous=(mode == "async"))
         self._started = False
         self._stale = 0  # batches dropped as too old during the last collection
+        #: Pipelined: invocations already started for the next round (its batches to collect).
+        self._launched_next: int | None = None
 
     def _batches_wanted(self) -> int:
         per_update = self.c.plan["actors"]["batches_per_update"]
-        return per_update if self.mode == "async" and per_update else self.fleet.target
+        if self.mode == "async":
+            return per_update or self.fleet.target
+        return self._launched_next or self.fleet.target
 
     async def run_round(self) -> Any:
         c, s = self.c, self.c.state
@@ -113,7 +129,8 @@ class OverlappedRounds:
         if not self._started:
             await c.publish_weights(number)
             self._started = True
-            self.fleet.fill()
+            self.fleet.launch(self.fleet.target)
+            self._launched_next = self.fleet.target
         self.c.publish(ev.RoundStarted(round=number, actors=self.fleet.target,
                                        version=s.version))
         t_actors = time.perf_counter()
@@ -122,12 +139,19 @@ class OverlappedRounds:
             return None
         batches, message_ids = gathered
         actor_s = time.perf_counter() - t_actors
+        # This round's receipts, before the pipelined fill: the next fan-out's invocations may
+        # finish during the update and belong to (and are charged to) the next round.
+        receipts = self.fleet.drain_receipts()
         self._report_lag(number, batches)
-        if self.mode == "pipelined":
-            self.fleet.fill()  # the next round samples while this one trains
+        self._launched_next = None
+        pending = sum(int(b["env_steps"]) for b in batches)
+        if self.mode == "pipelined" and c.another_round_due(pending):
+            # The next round samples while this one trains (this round's invocations may not
+            # have returned yet: their batches are in, which is what counts).
+            self.fleet.launch(self.fleet.target, ahead=1)
+            self._launched_next = self.fleet.target
         metrics, learner_s = await c.update(number, s.version, batches, message_ids)
         await c.publish_weights(number)
-        receipts = self.fleet.drain_receipts()
         record = await c.finish_round(
             number, self.fleet.target, batches, receipts, metrics, t_round=t_round,
             actor_s=actor_s, learner_s=learner_s, actor_idle_s=0.0,
@@ -156,14 +180,23 @@ class OverlappedRounds:
                 log.warning("actors_failing", round=number,
                             failures=self.fleet.consecutive_failures)
                 break  # an empty round: three of them stop the run (actors_failing)
-            if not self.fleet.tasks and not self.fleet.closing:
-                self.fleet.fill()  # every invocation failed: start new ones
+            if not self.fleet.tasks and not self.fleet.closing and (
+                    not self.fleet.pending
+                    or time.monotonic() - self.fleet.last_done > LOST_BATCH_GRACE_S):
+                # Nothing in flight and no batch on its way (every invocation failed, or what
+                # they pushed is lost): start new ones. Batches of finished invocations may
+                # still be in the transport (Event invokes, Redis), so those are waited for.
+                self.fleet.pending.clear()
+                if self.mode == "async":
+                    self.fleet.fill()
+                else:
+                    self.fleet.launch(wanted - len(batches))
             message = await c.roles.transport.next_batch(timeout=min(remaining, 0.5))
             if message is None:
                 continue
-            c._accept(number, s.version, message, self.fleet.pending, batches, message_ids,
-                      max_lag=self.max_lag)
-            for rid in batches:
+            rid = c._accept(number, s.version, message, self.fleet.pending, batches,
+                            message_ids, max_lag=self.max_lag)
+            if rid is not None:
                 self.fleet.pending.discard(rid)
         self._stale = s.counters.stale_batches - stale_before
         return list(batches.values()), message_ids

@@ -438,10 +438,11 @@ class Coordinator:
         batches: dict[str, Batch],
         message_ids: list[str],
         max_lag: int = 0,
-    ) -> None:
+    ) -> str | None:
         """Decode and check one batch; keep it, or drop/reject it with a counted reason.
 
-        A batch sampled more than ``max_lag`` versions ago is stale (sync rounds: 0)."""
+        A batch sampled more than ``max_lag`` versions ago is stale (sync rounds: 0). Returns
+        the batch's request id once it could be read (kept or dropped), else None."""
         s = self.state
         message_id, payload = message
         message_ids.append(message_id)  # acknowledged either way: a bad payload never improves
@@ -461,22 +462,23 @@ class Coordinator:
             s.counters.rejected_reasons[reason] = s.counters.rejected_reasons.get(reason, 0) + 1
             log.warning("payload_rejected", round=number, reason=reason, detail=str(exc)[:200])
             self.publish(ev.PayloadRejected(round=number, reason=reason, detail=str(exc)[:200]))
-            return
+            return None
         if rid in s.seen_requests or rid in batches:
             s.counters.duplicate_batches += 1
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="duplicate"))
-            return
+            return rid
         if not version - max_lag <= got_version <= version or rid not in expected or \
                 body["run_id"] != self.run_id:
             s.counters.stale_batches += 1
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="stale"))
-            return
+            return rid
         s.seen_requests.add(rid)
         batches[rid] = body
         self.publish(ev.BatchArrived(round=number, request_id=rid, version=got_version,
                                      env_steps=int(body["env_steps"]), bytes=len(payload)))
+        return rid
 
     # -- probes and scaling ------------------------------------------------------------------
 
@@ -531,6 +533,31 @@ class Coordinator:
         last = self.state.history[-1]
         expected = self.roles.cost.estimate_round_usd(last, self.state.actors_next)
         return self.state.cost_usd + expected <= budget
+
+    def another_round_due(self, pending_env_steps: int) -> bool:
+        """Whether a round after the current one fits the plan's limits, counting the current
+        round's gathered but untrained steps and its uncharged cost.
+
+        Pipelined rounds launch the next fan-out before the current update; without this check
+        the last round would pay for invocations that are never trained on, and a budget would
+        be overspent. Wall time and the target return cannot be foreseen: at most one fan-out
+        is cancelled when they stop the run.
+        """
+        limits, s = self.plan["stop"], self.state
+        if limits["max_rounds"] is not None and s.round + 1 >= limits["max_rounds"]:
+            return False
+        if limits["max_env_steps"] is not None and \
+                s.env_steps + pending_env_steps >= limits["max_env_steps"]:
+            return False
+        budget = limits["budget_usd"]
+        if budget is None:
+            return True
+        if s.history:
+            per_round = self.roles.cost.estimate_round_usd(s.history[-1], s.actors_next)
+        else:
+            first = getattr(self.roles.cost, "estimate_first_round_usd", None)
+            per_round = (first(s.actors_next) if callable(first) else 0.0) or 0.0
+        return s.cost_usd + 2 * per_round <= budget
 
     async def close(self) -> None:
         if self._batch_task is not None:

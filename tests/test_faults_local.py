@@ -19,8 +19,10 @@ from tests.conftest import ROOT, run_cli
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 STEPS = 128 * 4  # env steps per actor per round in plans/cartpole.toml
+# Sync rounds: the counts below are exact per round (N invocations each). The default plan is
+# pipelined; tests/test_pipelined.py runs the same kinds of faults through overlapped rounds.
 BASE = ["--set", "actors.handler=tests.fault_handlers:faulty", "--set", "stop.target_return=1e9",
-        "--set", "probes=[]"]
+        "--set", "probes=[]", "--set", 'run.mode="sync"']
 
 
 def _run(tmp_path: Path, fault: dict, *sets: str) -> dict:

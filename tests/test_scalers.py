@@ -199,13 +199,14 @@ def test_reward_slope() -> None:
 # ---- the engine keeps to its budget ----------------------------------------------------------
 
 
-def test_engine_run_stays_inside_its_budget(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+def test_engine_run_stays_inside_its_budget(tmp_path: Path, mode: str) -> None:
     from kernel.engine import Engine
 
     # Small enough that even a quiet machine's cheap rounds exhaust it long before max_rounds.
     budget = 6e-4
     plan = tomllib.loads(Path("plans/cartpole.toml").read_text())
-    plan["run"]["name"] = "budget"
+    plan["run"].update(name="budget", mode=mode)
     plan["stop"] = {"max_rounds": 400, "budget_usd": budget}
     plan["actors"].update(count=2, min=1, max=4, workers=2, simulate=True)
     plan["scaler"] = {"name": "nitro"}
