@@ -42,6 +42,12 @@ class ActorPolicy:
             )
         self.model.train(False)  # inference only: no dropout/batch-norm updates
         self.discrete = self.model.discrete
+        #: The policy's own random stream, reseeded per invocation (`reseed`): which warm
+        #: process runs a call must not change the actions it samples.
+        self.generator = torch.Generator()
+
+    def reseed(self, seed: int) -> None:
+        self.generator.manual_seed(seed)
 
     def load(self, weights: dict[str, Any]) -> None:
         """Copy in the learner's weights (state_dict names). Keys the model lacks, such as
@@ -59,12 +65,12 @@ class ActorPolicy:
         actor_out, values = self.model.heads(_as_tensor(obs))
         if self.discrete:
             log_probs = torch.log_softmax(actor_out, dim=-1)
-            actions = torch.multinomial(log_probs.exp(), 1)
+            actions = torch.multinomial(log_probs.exp(), 1, generator=self.generator)
             logprobs = log_probs.gather(-1, actions).squeeze(-1)
             actions = actions.squeeze(-1)
         else:
             log_std = self.model.actor_logstd.expand_as(actor_out)
-            noise = torch.randn_like(actor_out)
+            noise = torch.randn(actor_out.shape, generator=self.generator)
             actions = actor_out + noise * log_std.exp()
             # log N(a; mu, std) summed over action dims, with (a - mu) / std = noise.
             logprobs = (-0.5 * noise.square() - log_std - _LOG_SQRT_2PI).sum(-1)

@@ -103,6 +103,11 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         from envs import Sampler
 
         sampler = _warm.samplers[env_key] = Sampler(event["env"], seed=event["seed"])
+    # Action noise from the invocation's seed: a run replays exactly, whichever warm process
+    # (or Lambda environment) serves each call.
+    reseed = getattr(policy, "reseed", None)
+    if reseed is not None:
+        reseed(int(event["seed"]))
     rollout = sampler.sample(policy, event["steps"], _warm.obs_rms.get(algo_key))
 
     episode_returns = rollout.pop("episode_returns")
