@@ -189,9 +189,12 @@ def test_well_shaped_batches_that_would_break_the_update_are_refused(
     id, which a Redis writer sees in the key names) so they reach the learner first: round 2's
     honest actors are slowed down to leave the forger time."""
     monkeypatch.setenv("NITRO_FAULT", json.dumps({"mode": "slow", "rounds": [2], "seconds": 1}))
+    # Sync rounds: the forger predicts round 2's request ids and beats its slowed actors. (In
+    # pipelined rounds round 2's batches are in before its weights are published.)
     engine = Engine.from_plan(
         CARTPOLE, _plan(redis_server.url, **{"env.normalize_obs": True, "stop.max_rounds": 3,
-                                             "actors.handler": "tests.fault_handlers:faulty"}),
+                                             "actors.handler": "tests.fault_handlers:faulty",
+                                             "run.mode": "sync"}),
         out_dir=tmp_path / "run")
     r = redis.Redis.from_url(redis_server.url)
     stream = batches_key(engine.run_id)
