@@ -62,7 +62,8 @@ class PPOConfig:
     """clip against the learner's policy at the start of the update (the proximal policy)
     and weight each sample by pi_prox / mu, capped at 2 (Hilton et al., 2022): pipelined
     actors sample with the previous weights, and clipping against their policy would
-    start every update half clipped. With fresh batches pi_prox = mu and the weights are 1."""
+    start every update with many samples already clipped. With fresh batches pi_prox = mu
+    and the weights are 1."""
 
 
 
