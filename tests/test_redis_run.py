@@ -86,16 +86,14 @@ def test_garbage_pickle_and_duplicate_are_refused_while_the_run_goes_on(
     assert r.xlen(stream) == 0
 
 
-def test_redis_restart_mid_run(redis_server: RedisServer, tmp_path: Path) -> None:
-    """No persistence: the restart loses weights, stream and group; the learner reconnects,
-    puts them back, and the run completes its rounds."""
+def _run_with_restart_at_round_2(redis_server: RedisServer, tmp_path: Path, mode: str
+                                 ) -> dict[str, Any]:
+    """Restart Redis (no persistence: weights, stream and group are lost) right after round
+    2's weights are published; the run's summary."""
     engine = Engine.from_plan(
         CARTPOLE,
-        # Sync rounds: the restart lands between publishing round 2's weights and the actors
-        # fetching them, so they are gone. (Pipelined actors fetched theirs a round earlier,
-        # and whether the restart hits anything depends on timing.)
         _overrides(redis_server.url, 4, **{"actors.count": 2, "actors.deadline_s": 15.0,
-                                           "run.mode": "sync"}),
+                                           "run.mode": mode}),
         out_dir=tmp_path / "run",
     )
     restarted: list[int] = []
@@ -109,33 +107,26 @@ def test_redis_restart_mid_run(redis_server: RedisServer, tmp_path: Path) -> Non
     assert restarted == [2]
     assert summary["stop_reason"] == "max_rounds", summary
     assert summary["rounds"] == 4
-    assert summary["redis_reconnects"] >= 1
-    assert summary["weights_republished"] >= 1  # the current version was gone with the restart
     # Rounds after the restart trained on their batches again.
     assert summary["env_steps"] >= 2 * 2 * 32 * 4
+    return summary
+
+
+def test_redis_restart_mid_run(redis_server: RedisServer, tmp_path: Path) -> None:
+    """The learner reconnects, puts the lost weights back, and the run completes its rounds.
+    Sync rounds: the restart lands between publishing round 2's weights and the actors
+    fetching them, so they are gone."""
+    summary = _run_with_restart_at_round_2(redis_server, tmp_path, "sync")
+    assert summary["redis_reconnects"] >= 1
+    assert summary["weights_republished"] >= 1  # the current version was gone with the restart
 
 
 def test_redis_restart_mid_pipelined_run_completes(redis_server: RedisServer, tmp_path: Path
                                                    ) -> None:
-    """The same restart under the default pipelined rounds: the run still completes, whatever
-    the restart happened to catch (weights, batches in the stream, or nothing)."""
-    engine = Engine.from_plan(
-        CARTPOLE,
-        _overrides(redis_server.url, 4, **{"actors.count": 2, "actors.deadline_s": 15.0,
-                                           "run.mode": "pipelined"}),
-        out_dir=tmp_path / "run",
-    )
-    restarted: list[int] = []
-
-    async def restart(event: ev.Event) -> None:
-        if isinstance(event, ev.WeightsPublished) and event.round == 2 and not restarted:
-            await asyncio.to_thread(redis_server.restart)
-            restarted.append(event.round)
-
-    summary = run_watching(engine, restart)
-    assert restarted == [2]
-    assert summary["stop_reason"] == "max_rounds", summary
-    assert summary["rounds"] == 4 and summary["env_steps"] >= 2 * 2 * 32 * 4
+    """Under the default pipelined rounds the actors fetched their weights a round earlier:
+    whatever the restart happens to catch (weights, batches in the stream, or nothing), the
+    run completes."""
+    _run_with_restart_at_round_2(redis_server, tmp_path, "pipelined")
 
 
 def _assert_no_secret(out: Path, password: str, output: str) -> None:
