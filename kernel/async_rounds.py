@@ -144,8 +144,8 @@ class OverlappedRounds:
         receipts = self.fleet.drain_receipts()
         self._report_lag(number, batches)
         self._launched_next = None
-        pending = sum(int(b["env_steps"]) for b in batches)
-        if self.mode == "pipelined" and c.another_round_due(pending):
+        if self.mode == "pipelined" and c.another_round_due(
+                sum(int(b["env_steps"]) for b in batches)):
             # The next round samples while this one trains (this round's invocations may not
             # have returned yet: their batches are in, which is what counts).
             self.fleet.launch(self.fleet.target, ahead=1)

@@ -523,16 +523,15 @@ class Coordinator:
     def can_afford_next_round(self) -> bool:
         """Budget rule: stop before a round whose expected cost exceeds what is left."""
         budget = self.plan["stop"]["budget_usd"]
-        if budget is None:
-            return True
+        return budget is None or self.state.cost_usd + self._next_round_usd() <= budget
+
+    def _next_round_usd(self) -> float:
+        """The cost model's estimate of a round of ``actors_next`` actors."""
         if not self.state.history:
             # Nothing measured yet: a cost model may still know a first round's price.
             first = getattr(self.roles.cost, "estimate_first_round_usd", None)
-            expected = first(self.state.actors_next) if callable(first) else 0.0
-            return self.state.cost_usd + (expected or 0.0) <= budget
-        last = self.state.history[-1]
-        expected = self.roles.cost.estimate_round_usd(last, self.state.actors_next)
-        return self.state.cost_usd + expected <= budget
+            return (first(self.state.actors_next) if callable(first) else 0.0) or 0.0
+        return self.roles.cost.estimate_round_usd(self.state.history[-1], self.state.actors_next)
 
     def another_round_due(self, pending_env_steps: int) -> bool:
         """Whether a round after the current one fits the plan's limits, counting the current
@@ -550,14 +549,7 @@ class Coordinator:
                 s.env_steps + pending_env_steps >= limits["max_env_steps"]:
             return False
         budget = limits["budget_usd"]
-        if budget is None:
-            return True
-        if s.history:
-            per_round = self.roles.cost.estimate_round_usd(s.history[-1], s.actors_next)
-        else:
-            first = getattr(self.roles.cost, "estimate_first_round_usd", None)
-            per_round = (first(s.actors_next) if callable(first) else 0.0) or 0.0
-        return s.cost_usd + 2 * per_round <= budget
+        return budget is None or s.cost_usd + 2 * self._next_round_usd() <= budget
 
     async def close(self) -> None:
         if self._batch_task is not None:
