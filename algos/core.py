@@ -13,6 +13,7 @@ import numpy as np
 import torch
 from torch import nn, optim
 
+from algos.flat import FlatParameters
 from algos.nets import ActorCritic
 
 #: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
@@ -43,15 +44,18 @@ class LearnerCore:
         self.config = config
         self.device = torch.device(device)
         self.model = ActorCritic(spaces, config.hidden_sizes, config.activation).to(self.device)
+        #: One buffer for every weight and one for every gradient (see `algos.flat`).
+        self.flat = FlatParameters(self.model)
         self.optimizer = self.make_optimizer()
 
     def make_optimizer(self) -> optim.Optimizer:
         """Adam, as PPO, IMPALA and APPO use; a core with another optimiser overrides this.
 
         The fused kernel updates every parameter in one call: on a 64x64 MLP's minibatch of 64
-        it cuts the whole SGD step by a fifth against the default multi-tensor Adam.
+        it cuts the whole SGD step by a fifth against the default multi-tensor Adam. It steps
+        the flat parameter buffer: Adam is elementwise, so that is the same update.
         """
-        return optim.Adam(self.model.parameters(), lr=self.config.learning_rate,
+        return optim.Adam([self.flat.param], lr=self.config.learning_rate,
                           eps=self.config.adam_eps,
                           fused=self.device.type in ("cpu", "cuda") or None)
 
@@ -71,9 +75,10 @@ class LearnerCore:
     # ---- one optimiser step -----------------------------------------------------------------
     def sgd_step(self, loss: torch.Tensor, max_grad_norm: float) -> float:
         """Backward, clip the global gradient norm, step; returns the norm before clipping."""
-        self.optimizer.zero_grad()
+        self.flat.check_bound()
+        self.flat.zero_grad()
         loss.backward()
-        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_grad_norm)
+        grad_norm = nn.utils.clip_grad_norm_(self.flat.param, max_grad_norm)
         self.optimizer.step()
         return float(grad_norm)
 
@@ -83,4 +88,21 @@ class LearnerCore:
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        self.optimizer.load_state_dict(flat_optimizer_state(state["optimizer"], self.flat))
+
+
+def flat_optimizer_state(saved: dict[str, Any], flat: FlatParameters) -> dict[str, Any]:
+    """Checkpoints written before `algos.flat` hold Adam's moments per parameter: concatenate
+    them in parameter order (the flat buffer's layout) so such a run resumes where it was."""
+    group = saved["param_groups"][0]
+    if len(saved["param_groups"]) != 1 or len(group["params"]) != len(flat.params) or len(
+        flat.params
+    ) == 1:
+        return saved  # already flat, or not ours: the optimiser's own checks report it
+    per_param = [saved["state"].get(i, {}) for i in group["params"]]
+    state: dict[int, Any] = {}
+    if all(per_param):
+        state[0] = {"step": torch.as_tensor(per_param[0]["step"]).clone()}
+        for key in ("exp_avg", "exp_avg_sq"):
+            state[0][key] = torch.cat([s[key].reshape(-1) for s in per_param])
+    return {"state": state, "param_groups": [{**group, "params": [0]}]}

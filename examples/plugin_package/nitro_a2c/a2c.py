@@ -3,7 +3,7 @@
 It follows the same contract as ``algos.ppo.PPO`` (see Nitro's ``docs/contracts.md``):
 ``update`` receives the round's rollouts, time-first [T, B], with rewards already scaled, and
 returns scalar diagnostics. It reuses Nitro's ``ActorCritic`` so the actors can run the stock
-``algos.policy.ActorPolicy``.
+policy, ``algos.actor.make_actor_policy``.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class A2C(LearnerCore):
         self.config: A2CConfig
 
     def make_optimizer(self) -> optim.Optimizer:
-        params = self.model.parameters()
+        params = [self.flat.param]  # every parameter, as one tensor (see algos.flat)
         if self.config.optimizer == "rmsprop":
             return optim.RMSprop(params, lr=self.config.learning_rate, alpha=0.99, eps=1e-5)
         return optim.Adam(params, lr=self.config.learning_rate, eps=1e-5)
