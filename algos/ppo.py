@@ -187,18 +187,6 @@ class PPO(LearnerCore):
     def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """GAE on the [T, B] rollout, then flatten to the batch [T * B] on the learner's device."""
         c = self.config
-        values = np.asarray(rollout["values"], dtype=np.float32)
-        advantages = compute_gae(
-            np.asarray(rollout["rewards"], dtype=np.float32),
-            values,
-            rollout["terminated"],
-            rollout["truncated"],
-            np.asarray(rollout["bootstrap_values"], dtype=np.float32),
-            np.asarray(rollout["last_values"], dtype=np.float32),
-            c.gamma,
-            c.gae_lambda,
-        )
-        returns = advantages + values
 
         def flat(x: np.ndarray, start: int = 2) -> torch.Tensor:
             x = np.asarray(x)
@@ -213,15 +201,35 @@ class PPO(LearnerCore):
             "obs": flat(obs),
             "actions": flat(actions),
             "logprobs": flat(np.asarray(rollout["logprobs"], dtype=np.float32)),
-            "advantages": flat(advantages),
-            "returns": flat(returns),
-            "values": flat(values),
         }
+        values = np.asarray(rollout["values"], dtype=np.float32)
+        last_values = np.asarray(rollout["last_values"], dtype=np.float32)
         if c.decoupled:
+            # The proximal policy is the learner's own; its critic is also the one to anchor
+            # GAE and the value clip on (actors that lag report an older critic's values).
             with torch.no_grad():
-                _, prox_logprobs, _, _ = self.model(b["obs"], b["actions"])
+                _, prox_logprobs, _, prox_values = self.model(b["obs"], b["actions"])
+                last_obs = np.asarray(rollout["last_obs"])
+                if last_obs.dtype != np.uint8:
+                    last_obs = last_obs.astype(np.float32, copy=False)
+                last_values = self.model.value(torch.as_tensor(last_obs, device=self.device))
+                last_values = last_values.cpu().numpy()
+            values = prox_values.cpu().numpy().reshape(values.shape)
             b["is_weights"] = (prox_logprobs - b["logprobs"]).exp().clamp(max=2.0)
             b["logprobs"] = prox_logprobs
+        advantages = compute_gae(
+            np.asarray(rollout["rewards"], dtype=np.float32),
+            values,
+            rollout["terminated"],
+            rollout["truncated"],
+            np.asarray(rollout["bootstrap_values"], dtype=np.float32),
+            last_values,
+            c.gamma,
+            c.gae_lambda,
+        )
+        b["advantages"] = flat(advantages)
+        b["returns"] = flat(advantages + values)
+        b["values"] = flat(values)
         return b
 
     def loss(
@@ -241,15 +249,17 @@ class PPO(LearnerCore):
 
         # ALGO LOGIC: optimizing the policy and value network
         self.model.train()
-        clipfracs: list[float] = []
+        clipfracs: list[torch.Tensor] = []
         for _epoch in range(c.update_epochs):
             b_inds = torch.randperm(batch_size, device=self.device)
-            # Exactly num_minibatches near-equal parts: B (summed over actors) need not divide,
-            # and a leftover minibatch of one sample would make the advantage std NaN.
-            for mb_inds in torch.tensor_split(b_inds, c.num_minibatches):
-                mb = {k: v[mb_inds] for k, v in b.items()}
+            # Shuffle once per epoch, then slice: minibatches are views, not one gather per
+            # tensor per minibatch. Exactly num_minibatches near-equal parts: B (summed over
+            # actors) need not divide, and a minibatch of one sample would make the std NaN.
+            parts_of = {k: torch.tensor_split(v[b_inds], c.num_minibatches) for k, v in b.items()}
+            for i in range(c.num_minibatches):
+                mb = {k: v[i] for k, v in parts_of.items()}
                 loss, parts = ppo_loss(self.model, mb, c)
-                clipfracs.append(parts["clipfrac"].item())
+                clipfracs.append(parts["clipfrac"])
 
                 self.sgd_step(loss, c.max_grad_norm)
 
@@ -266,6 +276,6 @@ class PPO(LearnerCore):
             "entropy": parts["entropy_loss"].item(),
             "old_approx_kl": parts["old_approx_kl"].item(),
             "approx_kl": parts["approx_kl"].item(),
-            "clipfrac": float(np.mean(clipfracs)),
+            "clipfrac": torch.stack(clipfracs).mean().item(),
             "explained_variance": explained_variance(b_values, b_returns),
         }

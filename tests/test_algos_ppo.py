@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from algos.actor import make_actor_policy
 from algos.policy import ActorPolicy
 from algos.ppo import PPO, PPOConfig, compute_gae
 
@@ -72,12 +73,17 @@ def test_compute_gae_by_hand(backend: str) -> None:
 # ---- actor policy matches the learner ---------------------------------------------------------
 
 
+#: Both actor implementations: torch (any net) and the numpy one the plugins pick for MLPs.
+POLICIES = [ActorPolicy, make_actor_policy]
+
+
+@pytest.mark.parametrize("make_policy", POLICIES, ids=["torch", "plugin"])
 @pytest.mark.parametrize("spaces", [DISCRETE, BOX, PIXELS], ids=["discrete", "box", "pixels"])
-def test_actor_policy_matches_learner(spaces: dict[str, Any]) -> None:
+def test_actor_policy_matches_learner(spaces: dict[str, Any], make_policy: Any) -> None:
     torch.manual_seed(0)
     rng = np.random.default_rng(0)
     ppo = PPO(spaces, PPOConfig())
-    policy = ActorPolicy(ppo.actor_spec())
+    policy = make_policy(ppo.actor_spec())
     policy.load(read_only(ppo.weights()))
     obs = random_obs(spaces, 5, rng=rng)
     obs.flags.writeable = False
@@ -101,9 +107,10 @@ def test_actor_policy_matches_learner(spaces: dict[str, Any]) -> None:
     np.testing.assert_allclose(policy.act_deterministic(obs), mode.numpy(), rtol=1e-6)
 
 
-def test_actor_policy_ignores_extra_keys_and_rejects_missing() -> None:
+@pytest.mark.parametrize("make_policy", POLICIES, ids=["torch", "plugin"])
+def test_actor_policy_ignores_extra_keys_and_rejects_missing(make_policy: Any) -> None:
     ppo = PPO(DISCRETE)
-    policy = ActorPolicy(json_roundtrip(ppo.actor_spec()))
+    policy = make_policy(json_roundtrip(ppo.actor_spec()))
     weights = ppo.weights()
     policy.load({**weights, "obs_rms.mean": np.zeros(4)})
     weights.pop(next(iter(weights)))
@@ -198,6 +205,17 @@ def test_decoupled_batch_clips_against_the_learner_policy_and_reweights_lagging_
     # The surrogate starts at ratio 1 against pi_prox: nothing is clipped before the first step.
     _, parts = ppo.loss(b)
     assert parts["clipfrac"].item() == 0.0 and abs(parts["approx_kl"].item()) < 1e-6
+
+    # A lagging actor's critic is older too: GAE and the value clip use the learner's values.
+    stale["values"] = fresh["values"] + 5.0
+    stale["last_values"] = fresh["last_values"] - 5.0
+    b = ppo.make_batch(stale)
+    with torch.no_grad():
+        values = ppo.model.value(torch.from_numpy(fresh["obs"].reshape(128, -1)))
+    torch.testing.assert_close(b["values"], values, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b["returns"] - b["advantages"], values, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(b["advantages"], ppo.make_batch(fresh)["advantages"],
+                               rtol=1e-4, atol=1e-4)
 
     # Without decoupling the stale samples start clipped (CleanRL's behaviour).
     plain = PPO(BOX, PPOConfig(decoupled=False))
