@@ -48,7 +48,7 @@ PLUGINS = [
            validator="plugins.env_gymnasium:validate"),
     Plugin("ppo", "algo", "plugins.learner:make_ppo",
            "PPO: clipped surrogate, GAE, value clipping, entropy bonus (CleanRL-style).",
-           config=PPO_CONFIG, actor="algos.policy:ActorPolicy"),
+           config=PPO_CONFIG, actor="algos.actor:make_actor_policy"),
     Plugin("local", "actors", "plugins.actors_local:LocalBackend",
            "Warm worker processes that behave like a serverless platform.", config=LOCAL_CONFIG),
     Plugin("memory", "transport", "plugins.transport_memory:MemoryTransport",

@@ -44,8 +44,8 @@ APPO_CONFIG = {
 PLUGINS = [
     Plugin("impala", "algo", "plugins.learner_vtrace:make_impala",
            "IMPALA: V-trace actor-critic with an entropy bonus (Espeholt et al., 2018).",
-           config=IMPALA_CONFIG, actor="algos.policy:ActorPolicy"),
+           config=IMPALA_CONFIG, actor="algos.actor:make_actor_policy"),
     Plugin("appo", "algo", "plugins.learner_vtrace:make_appo",
            "APPO: PPO's clipped surrogate on V-trace advantages, target network (RLlib-style).",
-           config=APPO_CONFIG, actor="algos.policy:ActorPolicy"),
+           config=APPO_CONFIG, actor="algos.actor:make_actor_policy"),
 ]

@@ -28,7 +28,7 @@ WARMUP_CONFIG = {
 PLUGINS = [
     Plugin("a2c", "algo", "nitro_a2c.learner:make_a2c",
            "A2C: synchronous advantage actor-critic, one gradient step per round.",
-           config=A2C_CONFIG, actor="algos.policy:ActorPolicy"),
+           config=A2C_CONFIG, actor="algos.actor:make_actor_policy"),
     Plugin("warmup", "scaler", "nitro_a2c.scaler:WarmupScaler",
            "actors.max for the first warmup_rounds rounds, then actors.count.",
            config=WARMUP_CONFIG),

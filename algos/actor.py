@@ -1,0 +1,23 @@
+"""The stock actor policy of the algo plugins: ``actor="algos.actor:make_actor_policy"``.
+
+It picks the cheapest implementation that runs the learner's `algos.nets.ActorCritic`:
+numpy for MLPs (`algos.policy_numpy.MLPPolicy`: faster on a few envs, and no `import torch`
+in a cold actor), torch for the Nature CNN (`algos.policy.ActorPolicy`). This module imports
+neither torch nor the policies until asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+def make_actor_policy(spec: Mapping[str, Any]) -> Any:
+    """A policy for `spec` (the learner's `actor_spec()`), with the `ActorPolicy` methods."""
+    from algos.policy_numpy import MLPPolicy, is_mlp_spec
+
+    if is_mlp_spec(spec):
+        return MLPPolicy(spec)
+    from algos.policy import ActorPolicy
+
+    return ActorPolicy(dict(spec))
