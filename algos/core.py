@@ -47,6 +47,9 @@ class LearnerCore:
         #: One buffer for every weight and one for every gradient (see `algos.flat`).
         self.flat = FlatParameters(self.model)
         self.optimizer = self.make_optimizer()
+        # The optimiser's own zero_grad() would drop the flat gradient and leave the views'
+        # gradients accumulating; a core that steps by hand must get the buffer's zeroing.
+        self.optimizer.zero_grad = self.flat.zero_grad  # type: ignore[method-assign,assignment]
 
     def make_optimizer(self) -> optim.Optimizer:
         """Adam, as PPO, IMPALA and APPO use; a core with another optimiser overrides this.

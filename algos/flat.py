@@ -31,7 +31,8 @@ class FlatParameters:
         total = sum(p.numel() for p in self.params)
         #: The one tensor the optimiser updates; its `.grad` holds every gradient.
         self.param = nn.Parameter(torch.empty(total, dtype=dtype, device=device))
-        self.param.grad = torch.zeros_like(self.param)
+        self.grad = torch.zeros_like(self.param)
+        self.param.grad = self.grad
         self._grads: list[torch.Tensor] = []
         offset = 0
         with torch.no_grad():
@@ -40,19 +41,22 @@ class FlatParameters:
                 view = self.param.data[offset : offset + n].view_as(p)
                 view.copy_(p)
                 p.data = view
-                grad = self.param.grad[offset : offset + n].view_as(p)
+                grad = self.grad[offset : offset + n].view_as(p)
                 p.grad = grad
                 self._grads.append(grad)
                 offset += n
 
     def zero_grad(self) -> None:
         """Zero every gradient with one call. A gradient someone replaced or dropped (e.g.
-        `module.zero_grad()` sets them to None) is bound to its view again first; otherwise
-        backward would write it elsewhere and the optimiser would step on zeros."""
+        `module.zero_grad()` or `optimizer.zero_grad()` set them to None) is bound to its view
+        again first; otherwise backward would write it elsewhere and the optimiser would step
+        on zeros."""
+        if self.param.grad is not self.grad:
+            self.param.grad = self.grad
         for p, grad in zip(self.params, self._grads, strict=True):
             if p.grad is not grad:
                 p.grad = grad
-        self.param.grad.zero_()
+        self.grad.zero_()
 
     def check_bound(self) -> None:
         """Raise if a parameter no longer lives in the buffer (e.g. `module.to(...)` made new

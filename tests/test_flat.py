@@ -96,3 +96,20 @@ def test_a_per_parameter_optimiser_checkpoint_resumes_on_the_flat_buffer() -> No
     resumed.sgd_step(resumed.loss(mb)[0], 0.5)
     for p, q in zip(resumed.model.parameters(), old.parameters(), strict=True):
         torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
+
+
+def test_a_core_that_steps_by_hand_still_trains() -> None:
+    """optimizer.zero_grad(), backward, optimizer.step(), as any torch code writes it."""
+    torch.manual_seed(0)
+    ppo = PPO(BOX, PPOConfig())
+    ref = copy.deepcopy(ppo.model)
+    ref_opt = optim.Adam(ref.parameters(), lr=3e-4, eps=1e-5)
+    mb = ppo.make_batch(synthetic_rollout(ppo, 16, 4))
+    for _ in range(3):
+        ppo.optimizer.zero_grad()
+        ppo.loss(mb)[0].backward()
+        nn.utils.clip_grad_norm_(ppo.model.parameters(), 0.5)
+        ppo.optimizer.step()
+        reference_step(ref, ref_opt, PPO.loss(_with_model(ppo, ref), mb)[0])
+    for p, q in zip(ppo.model.parameters(), ref.parameters(), strict=True):
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)
