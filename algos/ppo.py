@@ -11,6 +11,7 @@ gradients and Hessian-vector products of exactly the loss the learner optimises,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -238,9 +239,18 @@ class PPO(LearnerCore):
         """`ppo_loss` with this learner's model and config (for probes)."""
         return ppo_loss(self.model, mb, self.config, params)
 
-    def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]:
-        """K epochs of minibatch SGD on the clipped surrogate; returns CleanRL's diagnostics."""
+    def update(
+        self,
+        rollout: dict[str, np.ndarray],
+        progress: float,
+        on_step: Callable[[int, int], None] | None = None,
+    ) -> dict[str, float]:
+        """K epochs of minibatch SGD on the clipped surrogate; returns CleanRL's diagnostics.
+
+        `on_step(done, total)` runs after every optimiser step (the engine snapshots weights
+        part-way through for pipelined actors)."""
         c = self.config
+        total_steps = c.update_epochs * c.num_minibatches
         # Annealing the rate if instructed to do so.
         lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
 
@@ -262,6 +272,8 @@ class PPO(LearnerCore):
                 clipfracs.append(parts["clipfrac"])
 
                 self.sgd_step(loss, c.max_grad_norm)
+                if on_step is not None:
+                    on_step(len(clipfracs), total_steps)
 
             if c.target_kl is not None and parts["approx_kl"].item() > c.target_kl:
                 break

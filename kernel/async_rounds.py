@@ -6,9 +6,12 @@ learner batches of ``actors.batches_per_update``; every batch carries the policy
 sampled with, the lag is reported per update and batches older than ``actors.max_lag`` versions
 are dropped and counted.
 
-``pipelined`` (opt-in for synchronous PPO): as soon as a round's N batches are in, the next N
-invocations start with the current weights, so they sample while the learner trains and
-arrive one version stale.
+``pipelined`` (opt-in for synchronous PPO): the next round's N invocations sample while the
+learner trains, so they arrive one version stale. With a learner that supports snapshots
+they start part-way through the update, with the weights of that moment: at the fraction
+``run.snapshot_at``, or, unset, as late as lets their batches arrive when the update ends,
+judged from the last round's sampling and update times. Their policy then lags the learner's
+by only that last part of an update instead of a whole one.
 
 A "round" in both modes is one learner update, so stop rules, probes, scalers and sinks work
 unchanged.
@@ -25,9 +28,15 @@ import structlog
 
 from kernel import events as ev
 from kernel.coordinator import LOST_BATCH_GRACE_S, Coordinator
-from kernel.roles import Batch, Invocation, Receipt
+from kernel.roles import Batch, Invocation, Receipt, SnapshotRequest, Weights
 
 log = structlog.get_logger("kernel.async_rounds")
+
+#: Snapshot this much earlier than the last round's timings say: estimates drift, and batches
+#: that arrive late make the learner wait, while early ones only cost a little freshness.
+SNAPSHOT_MARGIN = 1.2
+#: Below this fraction of the update done, a snapshot gains nothing over the last weights.
+MIN_SNAPSHOT_AT = 0.05
 
 
 class Fleet:
@@ -38,6 +47,9 @@ class Fleet:
         self.continuous = continuous
         self.target = coordinator.state.actors_next
         self.tasks: dict[asyncio.Task[Receipt], Invocation] = {}
+        self.started: dict[asyncio.Task[Receipt], float] = {}
+        #: Seconds from launch to return of the successful invocations since the last drain.
+        self.sample_s: list[float] = []
         self.pending: set[str] = set()
         self.receipts: list[Receipt] = []
         self.closing = False
@@ -66,12 +78,14 @@ class Fleet:
                                 self._spec)
             task = asyncio.create_task(c._invoke(inv), name=inv.request_id)
             self.tasks[task] = inv
+            self.started[task] = time.monotonic()
             self.pending.add(inv.request_id)
             c.state.counters.invocations += 1
             task.add_done_callback(self._done)
 
     def _done(self, task: asyncio.Task[Receipt]) -> None:
         inv = self.tasks.pop(task, None)
+        started = self.started.pop(task, None)
         self.last_done = time.monotonic()
         if task.cancelled() or inv is None:
             return
@@ -79,6 +93,8 @@ class Fleet:
         self.receipts.append(receipt)
         if receipt.ok:
             self.consecutive_failures = 0
+            if started is not None:
+                self.sample_s.append(self.last_done - started)
         else:
             self.pending.discard(inv.request_id)
             self.consecutive_failures += 1
@@ -93,6 +109,10 @@ class Fleet:
 
     def drain_receipts(self) -> list[Receipt]:
         out, self.receipts = self.receipts, []
+        return out
+
+    def drain_sample_s(self) -> list[float]:
+        out, self.sample_s = self.sample_s, []
         return out
 
     async def close(self) -> None:
@@ -115,6 +135,12 @@ class OverlappedRounds:
         self._stale = 0  # batches dropped as too old during the last collection
         #: Pipelined: invocations already started for the next round (its batches to collect).
         self._launched_next: int | None = None
+        self._snapshots = mode == "pipelined" and bool(
+            getattr(coordinator.roles.learner, "supports_snapshots", False))
+        #: A fixed snapshot point (replayable), or None to time it from the last round.
+        self._snapshot_fixed: float | None = coordinator.plan["run"]["snapshot_at"]
+        self._last_learner_s: float | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
 
     def _batches_wanted(self) -> int:
         per_update = self.c.plan["actors"]["batches_per_update"]
@@ -142,16 +168,30 @@ class OverlappedRounds:
         # This round's receipts, before the pipelined fill: the next fan-out's invocations may
         # finish during the update and belong to (and are charged to) the next round.
         receipts = self.fleet.drain_receipts()
+        sample_s = self.fleet.drain_sample_s()
         self._report_lag(number, batches)
         self._launched_next = None
+        snapshot = None
         if self.mode == "pipelined" and c.another_round_due(
                 sum(int(b["env_steps"]) for b in batches)):
             # The next round samples while this one trains (this round's invocations may not
             # have returned yet: their batches are in, which is what counts).
-            self.fleet.launch(self.fleet.target, ahead=1)
             self._launched_next = self.fleet.target
-        metrics, learner_s = await c.update(number, s.version, batches, message_ids)
+            at = self._snapshot_at(sample_s)
+            if at is None:
+                self.fleet.launch(self.fleet.target, ahead=1)
+            else:
+                snapshot = self._snapshot_request(number, at)
+        metrics, learner_s = await c.update(number, s.version, batches, message_ids,
+                                            snapshot=snapshot)
+        self._last_learner_s = learner_s or self._last_learner_s
+        snapshot_task, self._snapshot_task = self._snapshot_task, None
+        if snapshot_task is not None:
+            await snapshot_task  # its version must be published before the update's
         await c.publish_weights(number)
+        if snapshot is not None and snapshot_task is None:
+            # The update ended before the snapshot point (an early KL stop): fresh weights.
+            self.fleet.launch(self.fleet.target, ahead=1)
         record = await c.finish_round(
             number, self.fleet.target, batches, receipts, metrics, t_round=t_round,
             actor_s=actor_s, learner_s=learner_s, actor_idle_s=0.0,
@@ -160,6 +200,32 @@ class OverlappedRounds:
         if self.mode == "async":
             self.fleet.fill()
         return record
+
+    def _snapshot_at(self, sample_s: list[float]) -> float | None:
+        """Fraction of the update after which the next fan-out starts, or None for now."""
+        if not self._snapshots:
+            return None
+        if self._snapshot_fixed is not None:
+            return self._snapshot_fixed if self._snapshot_fixed > 0 else None
+        if not sample_s or not self._last_learner_s:
+            return None
+        at = 1.0 - SNAPSHOT_MARGIN * max(sample_s) / self._last_learner_s
+        return at if at >= MIN_SNAPSHOT_AT else None
+
+    def _snapshot_request(self, number: int, at: float) -> SnapshotRequest:
+        loop = asyncio.get_running_loop()
+
+        def start(weights: Weights) -> None:  # on the loop
+            self._snapshot_task = asyncio.create_task(self._publish_and_launch(number, weights))
+
+        def deliver(weights: Weights) -> None:  # in the learner's thread
+            loop.call_soon_threadsafe(start, weights)
+
+        return SnapshotRequest(at=at, deliver=deliver)
+
+    async def _publish_and_launch(self, number: int, weights: Weights) -> None:
+        await self.c.publish_weights(number, weights)
+        self.fleet.launch(self.fleet.target, ahead=1)
 
     async def _collect(self, number: int, wanted: int) -> tuple[list[Batch], list[str]] | None:
         c, s = self.c, self.c.state

@@ -30,6 +30,8 @@ from kernel.roles import (
     Receipt,
     RoundRecord,
     ScaleContext,
+    SnapshotRequest,
+    Weights,
 )
 
 log = structlog.get_logger("kernel.coordinator")
@@ -161,11 +163,13 @@ class Coordinator:
         with blame("algo", self.roles.names["algo"]):
             return self.roles.learner.actor_spec()
 
-    async def publish_weights(self, number: int) -> int:
+    async def publish_weights(self, number: int, weights: Weights | None = None) -> int:
+        """Encode the learner's weights (or a snapshot of them) under the next version."""
         s, roles = self.state, self.roles
         version = s.version + 1
-        with blame("algo", roles.names["algo"]):
-            weights = await asyncio.to_thread(roles.learner.weights)
+        if weights is None:
+            with blame("algo", roles.names["algo"]):
+                weights = await asyncio.to_thread(roles.learner.weights)
         t0 = time.perf_counter()
         payload = await asyncio.to_thread(
             codec.encode, "weights", {"version": version, "weights": weights}
@@ -181,7 +185,8 @@ class Coordinator:
         return version
 
     async def update(self, number: int, version: int, batches: list[Batch],
-                     message_ids: list[str]) -> tuple[dict[str, float], float]:
+                     message_ids: list[str], snapshot: SnapshotRequest | None = None,
+                     ) -> tuple[dict[str, float], float]:
         s, roles = self.state, self.roles
         if not batches:
             s.counters.empty_rounds += 1
@@ -192,7 +197,11 @@ class Coordinator:
             return {}, 0.0
         t0 = time.perf_counter()
         with blame("algo", roles.names["algo"]):
-            metrics = await asyncio.to_thread(roles.learner.update, batches)
+            if snapshot is not None:
+                metrics = await asyncio.to_thread(roles.learner.update, batches,
+                                                  snapshot=snapshot)
+            else:
+                metrics = await asyncio.to_thread(roles.learner.update, batches)
         learner_s = time.perf_counter() - t0
         # Acknowledged only now: a learner that dies mid-update re-reads these batches.
         with blame("transport", roles.names["transport"]):

@@ -33,6 +33,15 @@ RUN = {
         "while the learner trains; async: keep actors in flight, learn as batches arrive.",
         choices=("sync", "pipelined", "async"),
     ),
+    "snapshot_at": Field(
+        "float", None,
+        "pipelined: the next fan-out takes the weights of the moment this fraction of the "
+        "update's optimiser steps is done (e.g. 0.5: its policy lags the learner by half an "
+        "update; a run replays exactly). 0: it starts as the update begins, with the previous "
+        "weights. Unset: timed from the last round so its batches arrive as the update ends "
+        "(fastest, not replayable). Needs a learner with snapshots (PPO); others use 0.",
+        min=0, max=0.95,
+    ),
 }
 STOP = {
     "max_rounds": Field("int", None, "Stop after this many rounds.", min=1),

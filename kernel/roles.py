@@ -8,7 +8,7 @@ JSON scalars (what the codec carries); anything heavier stays inside the plugin.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -22,6 +22,21 @@ Batch = dict[str, Any]
 #: Weights as the learner publishes them: name -> numpy array, plus any JSON-able extras
 #: (observation-normalisation statistics travel here).
 Weights = dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotRequest:
+    """Asks a learner for its weights part-way through an update.
+
+    Pipelined rounds start the next fan-out while the learner trains. Weights taken when a
+    fraction ``at`` of the update's optimiser steps is done are fresher than the last
+    published ones, so the next batches lag the learner by less than a whole update.
+    ``deliver`` is called at most once, from the learner's thread, with what ``weights()``
+    would return at that moment.
+    """
+
+    at: float
+    deliver: Callable[[Weights], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +95,10 @@ class Learner(Protocol):
         """Current policy weights and normalisation statistics, as numpy arrays."""
 
     def update(self, batches: Sequence[Batch]) -> dict[str, float]:
-        """Train on the round's batches; return scalar diagnostics (losses, KL, entropy...)."""
+        """Train on the round's batches; return scalar diagnostics (losses, KL, entropy...).
+
+        A learner whose ``supports_snapshots`` attribute is true also takes a keyword
+        ``snapshot: SnapshotRequest`` (pipelined rounds use it when present)."""
 
     def state(self) -> dict[str, Any]:
         """Everything needed to resume: model, optimiser, statistics (codec-encodable)."""

@@ -9,14 +9,15 @@ rewards, concatenating the round's fragments and tracking progress for annealing
 
 from __future__ import annotations
 
+import inspect
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from envs import RunningMeanStd, describe
-from kernel.roles import Batch, PluginContext
+from kernel.roles import Batch, PluginContext, SnapshotRequest
 
 ROLLOUT_KEYS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
                 "bootstrap_values", "last_obs", "last_values")
@@ -64,6 +65,8 @@ class OnPolicyLearner:
         self.updates = 0
         self.last_rollout: dict[str, np.ndarray] | None = None
         self._lock = threading.Lock()  # probes read weights while nothing else trains
+        #: Mid-update weights need a core whose update reports its steps (`on_step`).
+        self.supports_snapshots = "on_step" in inspect.signature(core.update).parameters
 
     # -- what actors need ---------------------------------------------------------------------
 
@@ -72,10 +75,13 @@ class OnPolicyLearner:
 
     def weights(self) -> dict[str, Any]:
         with self._lock:
-            out: dict[str, Any] = {"model": self.core.weights()}
-            if self.obs_rms is not None:
-                out["obs_rms"] = self.obs_rms.to_dict()
-            return out
+            return self._weights()
+
+    def _weights(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"model": self.core.weights()}
+        if self.obs_rms is not None:
+            out["obs_rms"] = self.obs_rms.to_dict()
+        return out
 
     # -- batches ------------------------------------------------------------------------------
 
@@ -144,7 +150,8 @@ class OnPolicyLearner:
             return self.updates / self.stop["max_rounds"]
         return 0.0
 
-    def update(self, batches: Sequence[Batch]) -> dict[str, float]:
+    def update(self, batches: Sequence[Batch], snapshot: SnapshotRequest | None = None
+               ) -> dict[str, float]:
         with self._lock:
             for batch in batches:
                 stats = batch.get("stats", {})
@@ -164,12 +171,27 @@ class OnPolicyLearner:
             rollout["rewards"] = rewards
             # Probes (Hessian, gradient noise) measure the loss on exactly what was trained on.
             self.last_rollout = rollout
-            metrics = self.core.update(rollout, self.progress())
+            if snapshot is not None and self.supports_snapshots:
+                on_step = self._snapshot_hook(snapshot)
+                metrics = self.core.update(rollout, self.progress(), on_step=on_step)
+            else:
+                metrics = self.core.update(rollout, self.progress())
             self.trained_env_steps += int(sum(int(b["env_steps"]) for b in batches))
             self.updates += 1
             if self.ret_rms is not None:
                 metrics["reward_scale"] = float(1.0 / np.sqrt(self.ret_rms.var + 1e-8))
             return metrics
+
+    def _snapshot_hook(self, snapshot: SnapshotRequest) -> Callable[[int, int], None]:
+        delivered = False
+
+        def on_step(done: int, total: int) -> None:
+            nonlocal delivered
+            if not delivered and done >= snapshot.at * total:
+                delivered = True
+                snapshot.deliver(self._weights())  # the update holds the lock already
+
+        return on_step
 
     # -- checkpoints --------------------------------------------------------------------------
 

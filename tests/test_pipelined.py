@@ -62,3 +62,57 @@ def test_a_failing_actor_is_replaced_and_its_round_goes_on(tmp_path: Path) -> No
     assert s["invocation_errors"] == 1 and s["handler_errors"] == 1
     # The failed invocation's batch was sampled again by a replacement: nothing is missing.
     assert s["env_steps"] == 3 * 2 * STEPS and s["invocations"] == 7
+
+
+def _published(events: list[dict]) -> list[tuple[int, int]]:
+    return [(e["round"], e["version"]) for e in events if e["event"] == "WeightsPublished"]
+
+
+def test_a_fixed_snapshot_point_samples_with_mid_update_weights(tmp_path: Path) -> None:
+    s, events = _run(tmp_path, "stop.max_rounds=4", "run.snapshot_at=0.5")
+    assert s["rounds"] == 4 and s["invocations"] == 8
+    # Rounds 1-3 publish a snapshot during their update, then the update's weights; round 4
+    # starts no next round, so it takes no snapshot.
+    assert _published(events) == [(1, 1), (1, 2), (1, 3), (2, 4), (2, 5), (3, 6), (3, 7), (4, 8)]
+    arrived = {}
+    for e in events:
+        if e["event"] == "BatchArrived":
+            arrived.setdefault(e["round"], set()).add(e["version"])
+    assert arrived == {1: {1}, 2: {2}, 3: {4}, 4: {6}}
+    # The snapshot really is mid-update: published before that update's LearnerUpdated.
+    order = [(e["event"], e.get("version")) for e in events
+             if e["event"] in ("WeightsPublished", "LearnerUpdated")]
+    assert order.index(("WeightsPublished", 2)) < order.index(("LearnerUpdated", 1))
+    lags = {e["round"]: e["max"] for e in events if e["event"] == "VersionLag"}
+    assert lags == {1: 0, 2: 1, 3: 1, 4: 1}
+
+
+def test_snapshot_at_zero_starts_the_fan_out_with_the_previous_weights(tmp_path: Path) -> None:
+    s, events = _run(tmp_path, "stop.max_rounds=3", "run.snapshot_at=0")
+    assert _published(events) == [(1, 1), (1, 2), (2, 3), (3, 4)]
+    assert s["invocations"] == 6
+
+
+def test_the_snapshot_point_is_timed_from_the_last_round(tmp_path: Path) -> None:
+    """A long update (40 epochs) against short sampling: the fan-out starts late in it."""
+    s, events = _run(tmp_path, "stop.max_rounds=5", "algo.update_epochs=40")
+    assert s["rounds"] == 5 and s["invocations"] == 10
+    # Round 1 has no timings yet and starts the fan-out at once; later rounds snapshot.
+    per_round: dict[int, int] = {}
+    for number, _ in _published(events):
+        per_round[number] = per_round.get(number, 0) + 1
+    assert per_round[1] == 2 and per_round[5] == 1
+    assert all(per_round[r] == 2 for r in (2, 3, 4)), per_round
+    assert all(e["max"] <= 1 for e in events if e["event"] == "VersionLag")
+
+
+def test_an_update_that_stops_before_the_snapshot_point_launches_with_fresh_weights(
+        tmp_path: Path) -> None:
+    """target_kl ends each update after its first epoch, before the 0.9 snapshot point."""
+    s, events = _run(tmp_path, "stop.max_rounds=3", "run.snapshot_at=0.9",
+                     "algo.target_kl=1e-9")
+    assert s["rounds"] == 3 and s["invocations"] == 6
+    # No snapshot: the next fan-out starts after each update, with what it published.
+    assert _published(events) == [(1, 1), (1, 2), (2, 3), (3, 4)]
+    lags = {e["round"]: e["max"] for e in events if e["event"] == "VersionLag"}
+    assert lags == {1: 0, 2: 0, 3: 0}

@@ -26,13 +26,17 @@ def _events(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-@pytest.mark.parametrize("mode", ["sync", "pipelined"])
-def test_a_seeded_run_replays_exactly(tmp_path: Path, mode: str) -> None:
+@pytest.mark.parametrize("run", [{"run.mode": "sync"},
+                                 {"run.mode": "pipelined", "run.snapshot_at": 0.5},
+                                 {"run.mode": "pipelined", "run.snapshot_at": 0.0}],
+                         ids=["sync", "pipelined-snapshot", "pipelined-previous-weights"])
+def test_a_seeded_run_replays_exactly(tmp_path: Path, run: dict) -> None:
     """Same plan, same seed: the same rollouts and updates, whichever warm worker serves each
-    invocation (the actors' action noise comes from the invocation's seed)."""
+    invocation (the actors' action noise comes from the invocation's seed). Pipelined rounds
+    replay with a fixed snapshot point (a timed one depends on the machine's speed)."""
     def trace(name: str) -> list[tuple]:
         out = tmp_path / name
-        engine = Engine.from_plan(CARTPOLE, {"run.mode": mode, "stop.max_rounds": 4,
+        engine = Engine.from_plan(CARTPOLE, {**run, "stop.max_rounds": 4,
                                              "probes": [], "sinks": []}, out_dir=out)
         asyncio.run(engine.run())
         return [(e["round"], e["episode_return_mean"], e["metrics"]["loss"])
