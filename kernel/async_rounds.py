@@ -27,7 +27,7 @@ from typing import Any
 import structlog
 
 from kernel import events as ev
-from kernel.coordinator import LOST_BATCH_GRACE_S, Coordinator
+from kernel.coordinator import LOST_BATCH_GRACE_S, Coordinator, in_request_order
 from kernel.roles import Batch, Invocation, Receipt, SnapshotRequest, Weights
 
 log = structlog.get_logger("kernel.async_rounds")
@@ -265,7 +265,7 @@ class OverlappedRounds:
             if rid is not None:
                 self.fleet.pending.discard(rid)
         self._stale = s.counters.stale_batches - stale_before
-        return list(batches.values()), message_ids
+        return in_request_order(batches), message_ids
 
     def _report_lag(self, number: int, batches: list[Batch]) -> None:
         if not batches:

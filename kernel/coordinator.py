@@ -404,7 +404,7 @@ class Coordinator:
         if len(batches) < math.ceil(self.plan["actors"]["min_fraction"] * n):
             log.warning("round_below_min_fraction", round=number, received=len(batches),
                         expected=n)
-        return list(batches.values()), list(receipts.values()), message_ids
+        return in_request_order(batches), list(receipts.values()), message_ids
 
     async def _invoke(self, invocation: Invocation) -> Receipt:
         s, roles = self.state, self.roles
@@ -566,6 +566,12 @@ class Coordinator:
             with contextlib.suppress(BaseException):
                 await self._batch_task
             self._batch_task = None
+
+
+def in_request_order(batches: dict[str, Batch]) -> list[Batch]:
+    """The round's batches by request id, not by arrival: the learner concatenates them, and
+    arrival order would change the update of a seeded run from one replay to the next."""
+    return [batches[rid] for rid in sorted(batches)]
 
 
 def _receipt_from_batch(request_id: str, body: Batch) -> Receipt:

@@ -204,7 +204,9 @@ class WorkerPool:
         self._mp = multiprocessing.get_context(method)
         if method == "forkserver" and preload:
             self._mp.set_forkserver_preload(list(preload))
-        self._idle: asyncio.Queue[_Worker] = asyncio.Queue()
+        #: Idle workers, lowest id first: each keeps its env mid-episode between calls, so a
+        #: fixed choice (not whichever finished last) makes a seeded run replay exactly.
+        self._idle: asyncio.PriorityQueue[tuple[int, _Worker]] = asyncio.PriorityQueue()
         self._workers: dict[int, _Worker] = {}
         self._next_id = 0
         self._closed = False
@@ -214,7 +216,7 @@ class WorkerPool:
     async def start(self) -> None:
         workers = await asyncio.gather(*(asyncio.to_thread(self._spawn) for _ in range(self.size)))
         for worker in workers:
-            self._idle.put_nowait(worker)
+            self._idle.put_nowait((worker.id, worker))
 
     def _spawn(self) -> _Worker:
         parent, child = self._mp.Pipe(duplex=True)
@@ -238,7 +240,8 @@ class WorkerPool:
         await asyncio.to_thread(worker.kill)
         self.killed_workers += 1
         if not self._closed:
-            self._idle.put_nowait(await asyncio.to_thread(self._spawn))
+            fresh = await asyncio.to_thread(self._spawn)
+            self._idle.put_nowait((fresh.id, fresh))
 
     async def call(
         self,
@@ -258,7 +261,7 @@ class WorkerPool:
             raise WorkerFailed("closed", "worker pool is closed")
         deadline = time.monotonic() + timeout_s
         try:
-            worker = await asyncio.wait_for(self._idle.get(), timeout_s)
+            _, worker = await asyncio.wait_for(self._idle.get(), timeout_s)
         except TimeoutError:
             raise WorkerFailed("timeout", "no free worker before the deadline") from None
         send_attachment = attachment if worker.attachment_tag != attachment_tag else None
@@ -290,7 +293,7 @@ class WorkerPool:
             raise
         worker.attachment_tag = attachment_tag
         worker.calls += 1
-        self._idle.put_nowait(worker)
+        self._idle.put_nowait((worker.id, worker))
         reply = msgpack.unpackb(raw, raw=False)
         if not reply["ok"]:
             raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []))

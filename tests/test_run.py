@@ -27,13 +27,18 @@ def _events(run_dir: Path) -> list[dict]:
 
 
 @pytest.mark.parametrize("run", [{"run.mode": "sync"},
-                                 {"run.mode": "pipelined", "run.snapshot_at": 0.5},
+                                 {"run.mode": "sync", "actors.count": 2},
+                                 {"run.mode": "pipelined", "run.snapshot_at": 0.5,
+                                  "actors.count": 2},
                                  {"run.mode": "pipelined", "run.snapshot_at": 0.0}],
-                         ids=["sync", "pipelined-snapshot", "pipelined-previous-weights"])
+                         ids=["sync", "sync-2-actors", "pipelined-snapshot",
+                              "pipelined-previous-weights"])
 def test_a_seeded_run_replays_exactly(tmp_path: Path, run: dict) -> None:
     """Same plan, same seed: the same rollouts and updates, whichever warm worker serves each
-    invocation (the actors' action noise comes from the invocation's seed). Pipelined rounds
-    replay with a fixed snapshot point (a timed one depends on the machine's speed)."""
+    invocation (the actors' action noise comes from the invocation's seed, and the local pool
+    hands calls to its idle workers, which keep their envs mid-episode, in a fixed order).
+    Pipelined rounds replay with a fixed snapshot point (a timed one depends on the machine's
+    speed)."""
     def trace(name: str) -> list[tuple]:
         out = tmp_path / name
         engine = Engine.from_plan(CARTPOLE, {**run, "stop.max_rounds": 4,
