@@ -60,10 +60,24 @@ def hopper_plan(tmp: Path) -> Path:
     return path
 
 
+def final_round(plan: Path, steps: int) -> int:
+    """The round that reaches ``steps``: where Nitro evaluates, once, as the peers do."""
+    import math
+    import tomllib
+
+    p = tomllib.loads(plan.read_text(encoding="utf-8"))
+    per_round = p["actors"]["count"] * p["env"]["num_envs"] * p["actors"]["steps"]
+    return math.ceil(steps / per_round)
+
+
 def run_nitro_hopper(seed: int, steps: int, out: Path, plan: Path, timeout: float
                      ) -> dict[str, Any]:
+    # One evaluation, after the last update (no fan-out overlaps it, so its time subtracts
+    # exactly): the peers also evaluate once, after training, outside their clock.
+    last = final_round(plan, steps)
     cmd = [c.PY, "-m", "kernel", "run", str(plan), "--set", f"run.seed={seed}",
-           "--set", f"stop.max_env_steps={steps}", "--out", str(out)]
+           "--set", f"stop.max_env_steps={steps}", "--out", str(out),
+           "--set", f'probes=[{{name="eval",every={last},episodes=10}}]']
     proc = c.run(cmd, timeout=timeout)
     if not (out / "summary.json").exists():
         raise RuntimeError(f"nitro hopper seed {seed} (rc={proc.rc}):\n{proc.stderr[-2000:]}")
