@@ -163,6 +163,26 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str]
     return md, ratios
 
 
+def merged(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str],
+           seeds_for: dict[str, list[int]]) -> tuple[dict, list[str], dict[str, list[int]]]:
+    """This run's runs over the stored ones, seed by seed: more seeds for some libraries, or
+    Nitro rerun after a change while the peers' runs stand (each run keeps its command)."""
+    path = c.RESULTS / "compare_peers.json"
+    if not path.exists():
+        return results, impls, seeds_for
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    out = {task: dict(cells) for task, cells in stored["results"].items()}
+    seeds = {task: list(v) for task, v in stored.get("seeds", {}).items()}
+    for task, cells in results.items():
+        for impl, runs in cells.items():
+            rerun = {r["seed"] for r in runs}
+            kept = [r for r in out.setdefault(task, {}).get(impl, []) if r["seed"] not in rerun]
+            out[task][impl] = sorted(kept + runs, key=lambda r: r["seed"])
+        seeds[task] = sorted(set(seeds.get(task, [])) | set(seeds_for[task]))
+    order = [i for i in IMPLS if any(i in cells for cells in out.values())]
+    return out, order, seeds
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="1 seed, Hopper 20k steps")
@@ -177,6 +197,9 @@ def main() -> int:
                         help="Hopper budget (default 300k; 20,480 with --quick)")
     parser.add_argument("--timeout", type=float, default=1800.0, help="per run, seconds")
     parser.add_argument("--note", default="", help="a remark saved with the result")
+    parser.add_argument("--merge", action="store_true",
+                        help="keep the stored runs (perf/results/compare_peers.json) of the "
+                             "tasks, implementations and seeds this run does not repeat")
     args = parser.parse_args()
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     seeds_for = {"hopper": seeds,
@@ -202,10 +225,16 @@ def main() -> int:
                     c.log("  " + (r["error"].splitlines()[-1] if "error" in r else
                                   f"{r['wall_s']:.1f} s, {r['env_steps']} steps, "
                                   f"return {r.get('final_eval_return')}"))
+    if args.merge:
+        results, impls, seeds_for = merged(results, impls, seeds_for)
     md, ratios = table(results, impls)
     note = f"\n\n{args.note}" if args.note else ""
-    md += (f"\n\nHopper budget {args.hopper_steps:,} env steps; Hopper seeds {seeds}, CartPole "
-           f"seeds {seeds_for['cartpole']}. `sb3` is SB3 with its defaults (torch's intra-op "
+    if args.merge:
+        md += "\n\nRuns per implementation (merged with stored runs): " + "; ".join(
+            f"{task} {impl} seeds {[r['seed'] for r in runs]}"
+            for task, cells in results.items() for impl, runs in cells.items()) + "."
+    md += (f"\n\nHopper budget {args.hopper_steps:,} env steps; Hopper seeds "
+           f"{seeds_for['hopper']}, CartPole seeds {seeds_for['cartpole']}. `sb3` is SB3 with its defaults (torch's intra-op "
            "threads on every core), `sb3_1t` the same with one torch thread. Goal (issue 8): "
            "Nitro at least 2x faster in wall time than SB3 (ratio <= 0.5) and ahead of RLlib "
            "(ratio < 1), with equal or better returns. Settings and every difference between "
