@@ -97,11 +97,10 @@ class LearnerCore:
 def flat_optimizer_state(saved: dict[str, Any], flat: FlatParameters) -> dict[str, Any]:
     """Checkpoints written before `algos.flat` hold Adam's moments per parameter: concatenate
     them in parameter order (the flat buffer's layout) so such a run resumes where it was."""
-    group = saved["param_groups"][0]
-    if len(saved["param_groups"]) != 1 or len(group["params"]) != len(flat.params) or len(
-        flat.params
-    ) == 1:
+    groups = saved["param_groups"]
+    if len(flat.params) == 1 or len(groups) != 1 or len(groups[0]["params"]) != len(flat.params):
         return saved  # already flat, or not ours: the optimiser's own checks report it
+    group = groups[0]
     per_param = [saved["state"].get(i, {}) for i in group["params"]]
     state: dict[int, Any] = {}
     if all(per_param):

@@ -27,12 +27,17 @@ def reference_step(model: nn.Module, opt: optim.Optimizer, loss: torch.Tensor) -
     opt.step()
 
 
-def test_flat_steps_equal_per_tensor_adam() -> None:
+def with_reference() -> tuple[PPO, nn.Module, optim.Optimizer, dict[str, torch.Tensor]]:
+    """A PPO core, a copy of its model under per-tensor Adam, and a minibatch for both."""
     torch.manual_seed(0)
     ppo = PPO(BOX, PPOConfig())
     ref = copy.deepcopy(ppo.model)
     ref_opt = optim.Adam(ref.parameters(), lr=3e-4, eps=1e-5)
-    mb = ppo.make_batch(synthetic_rollout(ppo, 16, 4))
+    return ppo, ref, ref_opt, ppo.make_batch(synthetic_rollout(ppo, 16, 4))
+
+
+def test_flat_steps_equal_per_tensor_adam() -> None:
+    ppo, ref, ref_opt, mb = with_reference()
     start = ppo.flat.param.detach().clone()
     for _ in range(5):
         ppo.sgd_step(ppo.loss(mb)[0], 0.5)
@@ -100,11 +105,7 @@ def test_a_per_parameter_optimiser_checkpoint_resumes_on_the_flat_buffer() -> No
 
 def test_a_core_that_steps_by_hand_still_trains() -> None:
     """optimizer.zero_grad(), backward, optimizer.step(), as any torch code writes it."""
-    torch.manual_seed(0)
-    ppo = PPO(BOX, PPOConfig())
-    ref = copy.deepcopy(ppo.model)
-    ref_opt = optim.Adam(ref.parameters(), lr=3e-4, eps=1e-5)
-    mb = ppo.make_batch(synthetic_rollout(ppo, 16, 4))
+    ppo, ref, ref_opt, mb = with_reference()
     for _ in range(3):
         ppo.optimizer.zero_grad()
         ppo.loss(mb)[0].backward()
