@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import shlex
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 import common as c
+import numpy as np
 from cartpole_time import run_nitro as run_nitro_cartpole
 
 PEERS = c.PERF / "peers"
@@ -155,12 +159,94 @@ def table(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str]
                 row.append(rt)
             rows.append(row)
     md = c.md_table(headers, rows)
+    md += returns_comparison(results, impls)
     errors = [f"- {task} {r['impl']} seed {r['seed']}: `{r['error'].splitlines()[-1]}`"
               for task, by_impl in results.items() for runs in by_impl.values() for r in runs
               if "error" in r]
     if errors:
         md += "\n\nFailed runs:\n" + "\n".join(errors)
     return md, ratios
+
+
+def mean_difference(ours: list[float], theirs: list[float], draws: int = 20_000,
+                    seed: int = 0) -> tuple[float, float, float]:
+    """Mean of ``ours`` minus mean of ``theirs`` and a 95% percentile-bootstrap interval.
+
+    Hopper's final return at 300k steps spreads ~3x between seeds of one library, so a ratio of
+    medians cannot say whether one library learns worse; the interval says whether the seeds
+    measured can tell the difference from zero (resampling seeds, each side separately).
+    """
+    rng = np.random.default_rng(seed)
+    a, b = np.asarray(ours, dtype=np.float64), np.asarray(theirs, dtype=np.float64)
+    boot = (rng.choice(a, (draws, a.size)).mean(axis=1)
+            - rng.choice(b, (draws, b.size)).mean(axis=1))
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return float(a.mean() - b.mean()), float(lo), float(hi)
+
+
+def returns_comparison(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str]
+                       ) -> str:
+    """One line per peer: Nitro's mean final Hopper return against the peer's, with the
+    bootstrap interval of the difference, and what that allows us to say."""
+    runs = results.get("hopper", {})
+
+    def returns(impl: str) -> list[float]:
+        return [r["final_eval_return"] for r in runs.get(impl, [])
+                if "error" not in r and r.get("final_eval_return") is not None]
+
+    ours = returns("nitro")
+    lines = []
+    for peer in (i for i in impls if i != "nitro"):
+        theirs = returns(peer)
+        if len(ours) < 2 or len(theirs) < 2:
+            continue
+        diff, lo, hi = mean_difference(ours, theirs)
+        verdict = ("Nitro higher" if lo > 0 else "Nitro lower" if hi < 0
+                   else "not distinguishable from zero")
+        lines.append(f"- nitro − {peer}: {diff:+,.0f} (95% interval {lo:+,.0f} to {hi:+,.0f}; "
+                     f"means {np.mean(ours):,.0f} over {len(ours)} seeds vs "
+                     f"{np.mean(theirs):,.0f} over {len(theirs)}): {verdict}")
+    if not lines:
+        return ""
+    return ("\n\nHopper final eval return, difference of the means (bootstrap over seeds):\n"
+            + "\n".join(lines))
+
+
+def impl_versions(impls: list[str]) -> dict[str, str | None]:
+    """``impl:package`` -> version, of the interpreter each implementation runs in."""
+    out = {f"nitro:{p}": v for p, v in c.versions().items()}
+    for impl in impls:
+        if impl != "nitro":
+            packages = ("torch", "gymnasium", "mujoco",
+                        "ray" if impl == "rllib" else "stable-baselines3")
+            out |= {f"{impl}:{p}": v
+                    for p, v in c.versions(str(PEER_PY[impl]), packages).items()}
+    return out
+
+
+def unmergeable(stored: dict[str, Any], machine: dict[str, Any],
+                versions: dict[str, str | None]) -> str | None:
+    """Why runs measured now must not share a table with the stored ones (None: they may).
+
+    Wall times from another CPU, or from other library versions, are different numbers."""
+    then = stored.get("machine", {})
+    for key in ("cpu", "cores"):
+        if then.get(key) != machine.get(key):
+            return f"the stored runs were measured on {key} {then.get(key)!r}, this is {machine.get(key)!r}"
+    changed = [f"{k} {stored['versions'][k]} -> {v}" for k, v in versions.items()
+               if k in stored.get("versions", {}) and stored["versions"][k] != v]
+    if changed:
+        return "versions differ from the stored runs': " + ", ".join(changed)
+    return None
+
+
+def run_history(stored: dict[str, Any]) -> list[dict[str, Any]]:
+    """The commands whose runs make up the stored table, oldest first (results stored before
+    the history was kept name only their last command)."""
+    if "history" in stored:
+        return list(stored["history"])
+    return [{"when": stored.get("when"), "command": stored.get("command"),
+             "loadavg": stored.get("machine", {}).get("loadavg")}]
 
 
 def merged(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str],
@@ -200,7 +286,24 @@ def main() -> int:
     parser.add_argument("--merge", action="store_true",
                         help="keep the stored runs (perf/results/compare_peers.json) of the "
                              "tasks, implementations and seeds this run does not repeat")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: rewrite the table from the stored runs")
     args = parser.parse_args()
+    stored_path = c.RESULTS / "compare_peers.json"
+    stored = (json.loads(stored_path.read_text(encoding="utf-8"))
+              if (args.merge or args.render) and stored_path.exists() else None)
+    if args.render:
+        if stored is None:
+            parser.error(f"--render: no stored runs at {stored_path}")
+        args.merge, args.tasks, args.impls = True, [], []
+        args.hopper_steps = args.hopper_steps or stored["hopper_steps"]
+        args.note = args.note or stored.get("note", "")
+    history = run_history(stored) if stored else []
+    if not args.render:
+        history.append({"when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+                        "command": shlex.join(["python", "perf/compare_peers.py",
+                                               *sys.argv[1:]]),
+                        "loadavg": [round(x, 2) for x in os.getloadavg()]})
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     seeds_for = {"hopper": seeds,
                  "cartpole": args.cartpole_seeds or ([1] if args.quick else [1, 2, 3, 4, 5])}
@@ -212,6 +315,15 @@ def main() -> int:
                   " skipped")
             continue
         impls.append(impl)
+
+    if args.render:
+        machine, versions = stored["machine"], stored["versions"]
+    else:
+        machine, versions = c.machine(), impl_versions(impls)
+        if stored is not None:
+            why = unmergeable(stored, machine, versions)
+            if why:
+                parser.error(f"--merge: {why}; run without --merge to start a new table")
 
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="nitro-peers-") as tmp:
@@ -233,6 +345,8 @@ def main() -> int:
         md += "\n\nRuns per implementation (merged with stored runs): " + "; ".join(
             f"{task} {impl} seeds {[r['seed'] for r in runs]}"
             for task, cells in results.items() for impl, runs in cells.items()) + "."
+        md += "\n\nRuns merged into this table, in order:\n" + "\n".join(
+            f"- {h['when']} (load {h.get('loadavg')}): `{h['command']}`" for h in history)
     md += (f"\n\nHopper budget {args.hopper_steps:,} env steps; Hopper seeds "
            f"{seeds_for['hopper']}, CartPole seeds {seeds_for['cartpole']}. `sb3` is SB3 with its defaults (torch's intra-op "
            "threads on every core), `sb3_1t` the same with one torch thread. Goal (issue 8): "
@@ -240,17 +354,14 @@ def main() -> int:
            "(ratio < 1), with equal or better returns. Settings and every difference between "
            f"the libraries: `perf/peers/README.md`.{note}")
     print(md)
-    versions = {"nitro": c.versions()}
-    for impl in impls:
-        if impl != "nitro":
-            versions[impl] = c.versions(str(PEER_PY[impl]), (
-                "torch", "gymnasium", "mujoco", "ray" if impl == "rllib" else "stable-baselines3"))
     c.write_result("compare_peers", {
         "title": "Nitro vs Stable-Baselines3 vs RLlib: PPO on CartPole and Hopper (issue 8)",
         "quick": args.quick, "seeds": seeds_for, "hopper_steps": args.hopper_steps,
         "results": results, "ratios": ratios, "markdown": md,
-        "versions": {f"{k}:{p}": v for k, vs in versions.items() for p, v in vs.items()},
-        "note": args.note,
+        "versions": versions, "machine": machine,
+        "note": args.note, "history": history,
+        # the table's newest measurement, not the time it was rewritten (--render)
+        "when": history[-1]["when"], "command": history[-1]["command"],
     })
     from run_all import write_results
 
