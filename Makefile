@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all bench lint clean
+.PHONY: install run test test-all bench peers lint clean
 
 install: $(STAMP)
 
@@ -23,7 +23,12 @@ test: install
 test-all: install
 	$(PY) -m pytest -q tests
 
-bench: install
+# The peer libraries of perf/compare_peers.py, each in its own venv (idempotent; a peer that
+# fails to install is reported and skipped by the comparison, not the end of the benchmarks).
+peers:
+	-bash perf/peers/setup.sh
+
+bench: install peers
 	$(PY) perf/run_all.py
 
 lint: install
