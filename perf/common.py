@@ -149,14 +149,23 @@ def versions(python: str = PY, packages: Sequence[str] = (
 def write_result(name: str, result: dict[str, Any]) -> Path:
     """Save one benchmark's result for run_all (with when, where and how it was measured)."""
     RESULTS.mkdir(parents=True, exist_ok=True)
-    result = {"name": name, "when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-              "command": shlex.join(["python", _rel(sys.argv[0]), *sys.argv[1:]]),
-              "machine": machine(), **result}
+    result = {"name": name, "when": now(), "command": command_line(), "machine": machine(),
+              **result}
     path = RESULTS / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
     tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+def now() -> str:
+    """The time stamp every stored result carries."""
+    return time.strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def command_line() -> str:
+    """This benchmark's command as a reader would type it from the repository root."""
+    return shlex.join(["python", _rel(sys.argv[0]), *sys.argv[1:]])
 
 
 def _rel(path: str) -> str:

@@ -19,10 +19,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -249,14 +247,10 @@ def run_history(stored: dict[str, Any]) -> list[dict[str, Any]]:
              "loadavg": stored.get("machine", {}).get("loadavg")}]
 
 
-def merged(results: dict[str, dict[str, list[dict[str, Any]]]], impls: list[str],
+def merged(stored: dict[str, Any], results: dict[str, dict[str, list[dict[str, Any]]]],
            seeds_for: dict[str, list[int]]) -> tuple[dict, list[str], dict[str, list[int]]]:
     """This run's runs over the stored ones, seed by seed: more seeds for some libraries, or
     Nitro rerun after a change while the peers' runs stand (each run keeps its command)."""
-    path = c.RESULTS / "compare_peers.json"
-    if not path.exists():
-        return results, impls, seeds_for
-    stored = json.loads(path.read_text(encoding="utf-8"))
     out = {task: dict(cells) for task, cells in stored["results"].items()}
     seeds = {task: list(v) for task, v in stored.get("seeds", {}).items()}
     for task, cells in results.items():
@@ -300,9 +294,7 @@ def main() -> int:
         args.note = args.note or stored.get("note", "")
     history = run_history(stored) if stored else []
     if not args.render:
-        history.append({"when": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
-                        "command": shlex.join(["python", "perf/compare_peers.py",
-                                               *sys.argv[1:]]),
+        history.append({"when": c.now(), "command": c.command_line(),
                         "loadavg": [round(x, 2) for x in os.getloadavg()]})
     seeds = args.seeds or ([1] if args.quick else [1, 2, 3])
     seeds_for = {"hopper": seeds,
@@ -337,8 +329,8 @@ def main() -> int:
                     c.log("  " + (r["error"].splitlines()[-1] if "error" in r else
                                   f"{r['wall_s']:.1f} s, {r['env_steps']} steps, "
                                   f"return {r.get('final_eval_return')}"))
-    if args.merge:
-        results, impls, seeds_for = merged(results, impls, seeds_for)
+    if stored is not None:
+        results, impls, seeds_for = merged(stored, results, seeds_for)
     md, ratios = table(results, impls)
     note = f"\n\n{args.note}" if args.note else ""
     if args.merge:
