@@ -71,6 +71,12 @@ class Receipt:
     accepted_only: bool = False
     #: Set when the backend hands the batch back itself (the in-memory transport path).
     payload: bytes | None = field(default=None, repr=False, compare=False)
+    #: Init (cold-start) time the platform reported; AWS bills it for image functions.
+    init_ms: float = 0.0
+    #: The caller gave up on the call (deadline, stop): on AWS it runs on, and is billed, until
+    #: it ends or reaches the function timeout. ``duration_ms`` is then the time until the
+    #: cancel, not the invocation's real duration.
+    cancelled: bool = False
 
 
 class InvocationFailed(Exception):
@@ -161,6 +167,9 @@ class RoundRecord:
     probes: dict[str, float]
     cost_usd: float = 0.0
     sim_time_s: float = 0.0
+    #: Part of ``probe_s`` spent evaluating the policy (the probe marked ``evaluation``):
+    #: measured and reported, but not charged to the training budget.
+    eval_s: float = 0.0
 
 
 @dataclass(slots=True)
