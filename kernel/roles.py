@@ -79,6 +79,13 @@ class Receipt:
     cancelled: bool = False
 
 
+class Unreachable(Exception):
+    """A backend or transport that cannot reach its service before round 1.
+
+    The message is one line a user can act on (e.g. "is `nitro lambda serve` running?"): the
+    engine prints it and exits before any work is done or billed."""
+
+
 class InvocationFailed(Exception):
     """An invocation that gave up: the round goes on without it."""
 
@@ -184,6 +191,9 @@ class ScaleContext:
     budget_left_usd: float | None
     cost_per_actor_usd: float | None
     rng: np.random.Generator
+    #: The largest actor count whose estimated round cost fits the budget left (None: no
+    #: budget). The kernel applies it after ``decide``; scalers may read it to plan ahead.
+    affordable: int | None = None
 
 
 class Scaler(Protocol):
