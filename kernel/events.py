@@ -163,6 +163,10 @@ class RoundFinished(Event):
     learner_busy: float = 0.0
     #: Actor-seconds spent waiting for the learner (strict alternation: N x learner time).
     actor_idle_s: float = 0.0
+    #: Env steps trained on per second of the round (None: sinks derive it from the times).
+    env_steps_per_s: float | None = None
+    #: Mean length, in env steps, of the training episodes that ended in the round.
+    episode_length_mean: float | None = None
     probes: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
 

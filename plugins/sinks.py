@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from plugins.metrics import env_steps_per_s
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -38,6 +39,8 @@ class RunProgress:
     last_eval: float | None = None
     best_eval: float | None = None
     last_train: float | None = None
+    last_episode_length: float | None = None
+    env_steps_per_s: float | None = None
     round_s: float = 0.0
     started_ts: float | None = None
     stopped: str | None = None
@@ -66,6 +69,8 @@ class RunProgress:
             self.cost_usd = event.cost_usd
             self.round_s = event.round_s
             self.last_train = event.episode_return_mean
+            self.last_episode_length = event.episode_length_mean
+            self.env_steps_per_s = env_steps_per_s(event)
             if event.eval_return is not None:
                 self.last_eval = event.eval_return
                 if self.best_eval is None or event.eval_return > self.best_eval:
@@ -81,19 +86,73 @@ class RunProgress:
         return (time.time() if now is None else now) - self.started_ts
 
 
+#: Columns of the plain round line: (header, width). The widths hold 9999 rounds of 9999,
+#: 999.99M steps and $999.99, so a line never passes 79 columns (an 80-column terminal).
+ROUND_COLUMNS: tuple[tuple[str, int], ...] = (
+    ("round", 9), ("actors", 6), ("steps", 7), ("return", 7), ("len", 6), ("eval", 7),
+    ("sps", 6), ("cost", 8), ("wall", 7),
+)
+#: The header is repeated every this many round lines, so a log's tail still says what is what.
+HEADER_EVERY = 25
+
+
+def compact_count(n: float) -> str:
+    """9,999 then 999.9k then 999.99M: counts in at most 7 characters."""
+    if n < 10_000:
+        return f"{n:,.0f}"
+    if round(n / 1e3, 1) < 1000:  # compare as printed: 999,990 is 1.00M, not 1000.0k
+        return f"{n / 1e3:.1f}k"
+    if round(n / 1e6, 2) < 1000:
+        return f"{n / 1e6:.2f}M"
+    return f"{n / 1e9:.2f}G"
+
+
+def format_usd(value: float) -> str:
+    """Dollars at a precision that shows a cheap round's cost: $0.0025, $1.23, $1,234."""
+    if abs(value) < 1:
+        return f"${value:.4f}"
+    if abs(value) < 1000:
+        return f"${value:.2f}"
+    return f"${value:,.0f}"
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds < 600:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def _short(value: float | None) -> str:
+    """A return or length in at most 7 characters: one decimal below 1,000, none above."""
+    if value is None:
+        return "-"
+    return f"{value:.1f}" if abs(value) < 1000 else f"{value:.0f}"
+
+
+def round_header() -> str:
+    return "  ".join(name.rjust(width) for name, width in ROUND_COLUMNS)
+
+
 def round_line(event: ev.RoundFinished, progress: RunProgress) -> str:
-    """The one line per round both console paths print."""
-    max_rounds, max_steps = progress.max_rounds, progress.max_env_steps
-    return (
-        f"round {event.round:>4}{'/' + str(max_rounds) if max_rounds else ''}"
-        f"  actors {event.actors:>3}"
-        f"  steps {event.env_steps:>9,}{'/' + format(max_steps, ',') if max_steps else ''}"
-        f"  eval {_fmt(event.eval_return):>8}"
-        f"  train {_fmt(event.episode_return_mean):>8}"
-        f"  cost ${event.cost_usd:.4f}"
-        f"  round {event.round_s:5.2f}s"
-        f"  wall {progress.wall_s(event.ts):7.1f}s"
+    """The one line per round of the plain console, under ``round_header``'s columns."""
+    max_rounds = progress.max_rounds
+    sps = env_steps_per_s(event)
+    cells = (
+        f"{event.round}/{max_rounds}" if max_rounds else str(event.round),
+        str(event.actors),
+        compact_count(event.env_steps),
+        _short(event.episode_return_mean),
+        _short(event.episode_length_mean),
+        _short(event.eval_return),
+        "-" if sps is None else compact_count(sps),
+        format_usd(event.cost_usd),
+        format_seconds(progress.wall_s(event.ts)),
     )
+    return "  ".join(cell.rjust(width)
+                     for cell, (_, width) in zip(cells, ROUND_COLUMNS, strict=True))
 
 
 def stop_line(event: ev.RunStopped) -> str:
@@ -102,12 +161,14 @@ def stop_line(event: ev.RunStopped) -> str:
 
 
 class ConsoleSink:
-    """Live progress on a terminal; one plain line per round otherwise.
+    """Live progress on a terminal; one plain line per round otherwise, never both.
 
     ``progress = "auto"`` (default) picks the live display only when the stream is a TTY.
-    The live display refreshes from rich's own thread at a few hertz; ``handle`` only folds
-    the event into ``RunProgress`` and, once per round, prints the round's line above the
-    display, so a burst of events never costs more than a few attribute writes each.
+    The live display refreshes from rich's own thread at a few hertz (wall time, actors in
+    flight) and once more as each round finishes, so it never shows an older round than the
+    one just done (rounds of a small env are shorter than the refresh period). ``handle``
+    otherwise only folds the event into ``RunProgress``: a burst of events costs a few
+    attribute writes each.
     """
 
     def __init__(self, ctx: PluginContext, stream: TextIO | None = None):
@@ -119,6 +180,7 @@ class ConsoleSink:
         self._live: Any = None
         self._bars: Any = None
         self._tasks: dict[str, Any] = {}
+        self._lines = 0
 
     async def start(self, ctx: PluginContext) -> None:
         if self.live_mode:
@@ -136,6 +198,12 @@ class ConsoleSink:
     async def handle(self, event: Any) -> None:
         self.progress.observe(event)
         if isinstance(event, ev.RoundFinished):
+            if self._live is not None:
+                self._live.refresh()
+                return
+            if self._lines % HEADER_EVERY == 0:
+                self._write(round_header())
+            self._lines += 1
             self._write(round_line(event, self.progress))
         elif isinstance(event, ev.RunStopped):
             self._stop_live()
@@ -179,16 +247,19 @@ class ConsoleSink:
                         detail=f"{p.env_steps:,} / {p.max_env_steps:,}")
         if "budget" in t:
             bars.update(t["budget"], completed=min(p.cost_usd, p.budget_usd or 0.0),
-                        detail=f"${p.cost_usd:.4f} / ${p.budget_usd:.2f}")
+                        detail=f"{format_usd(p.cost_usd)} / {format_usd(p.budget_usd or 0.0)}")
         target = f" (target {p.target_return:g})" if p.target_return is not None else ""
+        sps = "-" if p.env_steps_per_s is None else compact_count(p.env_steps_per_s)
         actors = Text.assemble(
             ("actors    ", "dim"), f"{p.in_flight} in flight of {p.actors}",
-            ("   last round ", "dim"), f"{p.round_s:.2f}s",
-            ("   cost ", "dim"), f"${p.cost_usd:.4f}", ("   wall ", "dim"), f"{p.wall_s():.0f}s",
+            ("   last round ", "dim"), f"{p.round_s:.2f}s", ("   sps ", "dim"), sps,
+            ("   cost ", "dim"), format_usd(p.cost_usd),
+            ("   wall ", "dim"), format_seconds(p.wall_s()),
         )
         returns = Text.assemble(
             ("eval      ", "dim"), f"{_fmt(p.last_eval)} (best {_fmt(p.best_eval)}){target}",
-            ("   train ", "dim"), _fmt(p.last_train),
+            ("   return ", "dim"), _fmt(p.last_train),
+            ("   len ", "dim"), _fmt(p.last_episode_length),
         )
         return Group(bars.get_renderable(), actors, returns)
 

@@ -1,8 +1,9 @@
 """The ``csv`` sink: one row per round, for spreadsheets and pandas.
 
 The columns are fixed when the file is opened (a CSV cannot grow columns), so probe values that
-appear only every k rounds are empty in between rather than shifting columns. The prototype's
-columns come first; ``columns`` adds any probe, metric or scaler-detail key by name.
+appear only every k rounds are empty in between rather than shifting columns. The fixed columns
+come first, named as in every other sink (docs/metrics.md); ``columns`` adds any probe, learner
+metric or scaler-detail key by name.
 """
 
 from __future__ import annotations
@@ -13,33 +14,37 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from plugins.metrics import round_values
 
-#: (column, where it is read from). Keys in tuples are alternatives, the first present wins
+#: (column, where it is read from, keys). ``round`` columns are ``plugins.metrics`` keys, the
+#: same names as every other sink; in ``probes`` and ``metrics`` the first key present wins
 #: (probes name the Hessian ratio and gradient noise scale their own way).
 BASE_COLUMNS: list[tuple[str, str, tuple[str, ...]]] = [
-    ("round", "event", ("round",)),
-    ("duration_s", "event", ("round_s",)),
-    ("actors", "event", ("actors",)),
+    ("round", "round", ()),
+    ("round_s", "round", ()),
+    ("actors", "round", ()),
     ("envs_per_actor", "plan", ()),
-    ("episodes", "event", ("episodes",)),
-    ("round_env_steps", "event", ("round_env_steps",)),
-    ("env_steps", "event", ("env_steps",)),
-    ("learner_s", "event", ("learner_s",)),
-    ("actor_s", "event", ("actor_s",)),
-    ("probe_s", "event", ("probe_s",)),
-    ("eval_return_max", "probes", ("eval_return_max",)),
-    ("eval_return_mean", "event", ("eval_return",)),
-    ("eval_return_min", "probes", ("eval_return_min",)),
-    ("train_return_mean", "event", ("episode_return_mean",)),
+    ("episodes", "round", ()),
+    ("round_env_steps", "round", ()),
+    ("env_steps", "round", ()),
+    ("env_steps_per_s", "round", ()),
+    ("learner_s", "round", ()),
+    ("actor_s", "round", ()),
+    ("probe_s", "round", ()),
+    ("eval_return_max", "round", ()),
+    ("eval_return", "round", ()),
+    ("eval_return_min", "round", ()),
+    ("episode_return_mean", "round", ()),
+    ("episode_length_mean", "round", ()),
     ("loss", "metrics", ("loss",)),
-    ("round_cost_usd", "cost", ()),
-    ("cost_usd", "event", ("cost_usd",)),
+    ("round_cost_usd", "round", ()),
+    ("cost_usd", "round", ()),
     ("hessian_ratio", "probes", ("hessian_ratio", "rho", "hessian_rho")),
-    ("boost_score", "scale", ("score",)),
+    ("boost_score", "round", ()),
     ("gns", "probes", ("gns", "gradient_noise_scale", "b_simple")),
-    ("next_actors", "scale_actors", ()),
-    ("sim_time_s", "event", ("sim_time_s",)),
-    ("wall_s", "wall", ()),
+    ("next_actors", "round", ()),
+    ("sim_time_s", "round", ()),
+    ("wall_s", "round", ()),
 ]
 
 
@@ -63,6 +68,8 @@ class CsvSink:
         ]
         self.file: TextIO | None = None
         self.writer: Any = None
+        #: The columns of the file's header line (``header`` unless an older file is resumed).
+        self._written = self.header
         self._started_ts: float | None = None
         # ScaleDecided and CostCharged of a round are published before its RoundFinished.
         self._scale: dict[int, ev.ScaleDecided] = {}
@@ -70,11 +77,18 @@ class CsvSink:
 
     async def start(self, ctx: PluginContext) -> None:
         fresh = not self.path.exists() or self.path.stat().st_size == 0
+        self._written = self.header if fresh else self._existing_header()
         self.file = self.path.open("a", encoding="utf-8", newline="")
         self.writer = csv.writer(self.file)
         if fresh:
             self.writer.writerow(self.header)
             self.file.flush()
+
+    def _existing_header(self) -> list[str]:
+        """A resumed run keeps the file's columns, even if they were named or chosen otherwise
+        when it was written: rows must line up with the header above them."""
+        with self.path.open(encoding="utf-8", newline="") as file:
+            return next(csv.reader(file), self.header)
 
     async def handle(self, event: Any) -> None:
         if isinstance(event, ev.RunStarted):
@@ -84,7 +98,8 @@ class CsvSink:
         elif isinstance(event, ev.CostCharged):
             self._cost[event.round] = event.round_usd
         elif isinstance(event, ev.RoundFinished) and self.writer is not None:
-            self.writer.writerow([_cell(v) for v in self.row(event)])
+            row = dict(zip(self.header, self.row(event), strict=True))
+            self.writer.writerow([_cell(row.get(name)) for name in self._written])
             assert self.file is not None
             self.file.flush()
             self._scale.pop(event.round, None)
@@ -92,28 +107,22 @@ class CsvSink:
 
     def row(self, event: ev.RoundFinished) -> list[Any]:
         scale = self._scale.get(event.round)
-        sources: dict[str, Any] = {
-            "event": {k: getattr(event, k) for k in event.__dataclass_fields__},
-            "probes": event.probes,
-            "metrics": event.metrics,
-            "scale": scale.detail if scale is not None else {},
-        }
+        values = round_values(event, started_ts=self._started_ts,
+                              round_cost_usd=self._cost.get(event.round), scale=scale)
+        sources: dict[str, dict[str, Any]] = {"probes": event.probes, "metrics": event.metrics}
         out: list[Any] = []
-        for _name, source, keys in BASE_COLUMNS:
+        for name, source, keys in BASE_COLUMNS:
             if source == "plan":
                 out.append(self.envs_per_actor)
-            elif source == "cost":
-                out.append(self._cost.get(event.round))
-            elif source == "scale_actors":
-                out.append(scale.actors if scale is not None else None)
-            elif source == "wall":
-                out.append(None if self._started_ts is None else event.ts - self._started_ts)
+            elif source == "round":
+                out.append(values[name])
             else:
                 table = sources[source]
                 out.append(next((table[k] for k in keys if table.get(k) is not None), None))
+        detail = scale.detail if scale is not None else {}
         for key in self.header[len(BASE_COLUMNS):]:
             value = None
-            for table in (event.probes, event.metrics, sources["scale"]):
+            for table in (event.probes, event.metrics, detail):
                 if table.get(key) is not None:
                     value = table[key]
                     break

@@ -5,7 +5,10 @@ the loop a queue put; the file is flushed per round (the writer's ``flush_secs``
 otherwise hold the newest round back for up to two minutes).
 
 The x axis is ``env_steps`` by default (what RL curves are compared on); ``step = "round"``
-switches every scalar to the round number.
+switches every scalar to the round number. Tags are ``group/key`` with the keys every other
+sink uses (``rollout/episode_return_mean``, ``time/env_steps_per_s``); ``tag_style = "sb3"`` or
+``"cleanrl"`` writes those libraries' tags instead (``rollout/ep_rew_mean``, ``time/fps``;
+``charts/episodic_return``, ``charts/SPS``) so dashboards made for them keep working.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from typing import Any
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from plugins.metrics import learner_tag, round_values, tensorboard_tag
 
 
 class TensorboardSink:
     def __init__(self, ctx: PluginContext):
         self.logdir = ctx.run_dir / ctx.config.get("dir", "tensorboard")
         self.step_by = ctx.config.get("step", "env_steps")
+        self.tag_style = ctx.config.get("tag_style", "nitro")
         self.writer: Any = None
         self._started_ts: float | None = None
         self._scale: dict[int, ev.ScaleDecided] = {}
@@ -54,35 +59,21 @@ class TensorboardSink:
 
     def _round(self, e: ev.RoundFinished) -> None:
         step = e.env_steps if self.step_by == "env_steps" else e.round
-        add = self._add
-        add("eval/return", e.eval_return, step)
-        for key in ("eval_return_min", "eval_return_max", "eval_return_std"):
-            add(f"eval/{key.removeprefix('eval_')}", e.probes.get(key), step)
-        add("train/episode_return_mean", e.episode_return_mean, step)
-        add("train/episodes", e.episodes, step)
-        add("progress/round", e.round, step)
-        add("progress/env_steps", e.env_steps, step)
-        add("actors/count", e.actors, step)
-        add("actors/batches", e.batches, step)
-        for key, value in e.metrics.items():
-            add(f"learner/{key}", value, step)
-        for key, value in e.probes.items():
-            if not key.startswith("eval_return"):
-                add(f"probes/{key}", value, step)
-        add("cost/total_usd", e.cost_usd, step)
-        add("cost/round_usd", self._cost.pop(e.round, None), step)
-        add("time/round_s", e.round_s, step)
-        add("time/actor_s", e.actor_s, step)
-        add("time/learner_s", e.learner_s, step)
-        add("time/probe_s", e.probe_s, step)
-        add("time/sim_time_s", e.sim_time_s, step)
-        if self._started_ts is not None:
-            add("time/wall_s", e.ts - self._started_ts, step)
+        style = self.tag_style
         scale = self._scale.pop(e.round, None)
-        if scale is not None:
-            add("actors/next", scale.actors, step)
-            for key, value in scale.detail.items():
-                add(f"scaler/{key}", value, step)
+        values = round_values(e, started_ts=self._started_ts,
+                              round_cost_usd=self._cost.pop(e.round, None), scale=scale)
+        for key, value in values.items():
+            self._add(tensorboard_tag(key, style), value, step)
+        for key, value in e.metrics.items():
+            tag, sign = learner_tag(key, style)
+            self._add(tag, None if value is None else sign * value, step)
+        for key, value in e.probes.items():
+            if key not in values:
+                self._add(f"probes/{key}", value, step)
+        for key, value in (scale.detail if scale is not None else {}).items():
+            if key != "score":  # the score is boost_score
+                self._add(f"scaler/{key}", value, step)
 
     def flush(self) -> None:
         if self.writer is not None:

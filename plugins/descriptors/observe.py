@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from kernel.registry import Plugin
 from kernel.schema import Field
+from plugins.metrics import TAG_STYLES
 
 PLUGINS = [
     Plugin("console", "sink", "plugins.sinks:ConsoleSink",
@@ -23,5 +24,9 @@ PLUGINS = [
            "Scalars per round for TensorBoard (eval, learner, probes, actors, cost, times).",
            config={"dir": Field("str", "tensorboard", "Directory in the run directory."),
                    "step": Field("str", "env_steps", "x axis of every scalar.",
-                                 choices=("env_steps", "round"))}),
+                                 choices=("env_steps", "round")),
+                   "tag_style": Field(
+                       "str", "nitro", "Scalar names: nitro (group/key, keys as in the CSV), "
+                       "sb3 (rollout/ep_rew_mean, time/fps, train/ losses) or cleanrl "
+                       "(charts/episodic_return, charts/SPS, losses/).", choices=TAG_STYLES)}),
 ]
