@@ -6,14 +6,14 @@ from kernel.registry import Plugin
 from kernel.schema import Field
 
 REDIS_CONFIG = {
-    "url": Field("str", doc="redis://[user[:password]@]host:port/db or rediss:// (TLS); the "
-                            "password may come from NITRO_REDIS_PASSWORD instead."),
-    "keep_versions": Field("int", 3, "Newest weight versions kept without the short expiry.",
-                           min=1),
+    "url": Field("str", doc="redis://[user[:password]@]host:port/db, rediss:// (TLS) or "
+                            "unix://; the password may come from NITRO_REDIS_PASSWORD instead."),
+    "keep_versions": Field("int", 3, "Newest weight versions kept; an older one is deleted "
+                           "when a newer one is published.", min=1),
     "weights_ttl_s": Field("float", 86_400.0, "Expiry of the kept versions (a crashed run does "
                            "not leak forever; 0: never).", min=0),
-    "old_weights_ttl_s": Field("float", 30.0, "Expiry of versions older than keep_versions "
-                               "(stragglers may still fetch them meanwhile).", min=1),
+    "stream_ttl_s": Field("float", 3600.0, "Expiry of the batch stream and its consumer group, "
+                          "refreshed while the run lives.", min=1),
     "stream_maxlen": Field("int", 10_000, "Approximate cap on the batch stream (XADD MAXLEN ~); "
                            "used entries are deleted on acknowledgement anyway.", min=100),
     "block_ms": Field("int", 1000, "Longest single blocking XREADGROUP.", min=1, max=60_000),
@@ -30,9 +30,12 @@ REDIS_CONFIG = {
     "weights_wait_s": Field("float", 5.0, "How long an actor waits for a missing weights "
                             "version (republished after a Redis restart) before failing.",
                             min=0),
-    "ssl_ca_certs": Field("str", None, "CA bundle for rediss:// (not a secret)."),
-    "ssl_cert_reqs": Field("str", None, "Certificate check for rediss://.",
+    "ssl_ca_certs": Field("str", None, "CA bundle for rediss:// (the learner's; actors read "
+                          "NITRO_REDIS_SSL_CA_CERTS from their environment)."),
+    "ssl_cert_reqs": Field("str", None, "Certificate check for rediss:// (unset: required).",
                            choices=("none", "optional", "required")),
+    "ssl_check_hostname": Field("bool", True, "Check that the server certificate names the "
+                                "host (off when ssl_cert_reqs is none)."),
 }
 
 PLUGINS = [
