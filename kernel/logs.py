@@ -1,6 +1,8 @@
 """structlog set-up: readable lines on the terminal, JSON lines in the run directory.
 
-Secrets never reach either: every string value passes through ``redact`` first.
+Secrets never reach either: every string value passes through ``redact`` first. An
+application that configured structlog itself keeps its processors and renderer; Nitro adds
+its redaction and its ``log.jsonl`` writer just before the renderer.
 """
 
 from __future__ import annotations
@@ -14,16 +16,31 @@ from typing import Any, TextIO
 
 import structlog
 
-_URL_PASSWORD = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<user>[^:/@\s]*):(?P<pw>[^@/\s]+)@")
+#: ``scheme://userinfo@``: the user info runs to the *last* ``@`` before the path, so a
+#: password with an unencoded ``@`` is covered whole (the way URL parsers read it).
+_URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
+#: ``?password=...`` / ``&password=...``: redis-py reads a password from the query too.
+_QUERY_PASSWORD = re.compile(r"(?P<key>[?&;]password=)[^&#\s'\"]*", re.IGNORECASE)
+_SECRET_KEYS = re.compile(r"password|secret", re.IGNORECASE)
+PLACEHOLDER = "***"
 _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING}
 
 
+def _redact_userinfo(match: re.Match[str]) -> str:
+    user, colon, _password = match["userinfo"].partition(":")
+    return f"{match['scheme']}{user}:{PLACEHOLDER}@" if colon else match[0]
+
+
 def redact(value: Any) -> Any:
-    """Replace the password of any ``scheme://user:password@host`` inside strings, recursively."""
+    """Replace every password inside strings, recursively: the user info of any
+    ``scheme://user:password@host``, a ``password=`` query argument, and the value of a map
+    key that names a password or secret."""
     if isinstance(value, str):
-        return _URL_PASSWORD.sub(lambda m: f"{m['scheme']}{m['user']}:***@", value)
+        value = _URL_USERINFO.sub(_redact_userinfo, value)
+        return _QUERY_PASSWORD.sub(lambda m: f"{m['key']}{PLACEHOLDER}", value)
     if isinstance(value, dict):
-        return {k: redact(v) for k, v in value.items()}
+        return {k: PLACEHOLDER if isinstance(k, str) and _SECRET_KEYS.search(k) and
+                isinstance(v, str) and v else redact(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return type(value)(redact(v) for v in value)
     return value
@@ -40,7 +57,10 @@ class _Tee:
         self.files: dict[str, TextIO] = {}
 
     def __call__(self, logger: Any, name: str, event_dict: dict[str, Any]) -> dict[str, Any]:
-        file = self.files.get(event_dict.get("run_id", ""))
+        # An application's own processor chain may not merge context variables: look there too.
+        run_id = event_dict.get("run_id") or structlog.contextvars.get_contextvars().get(
+            "run_id", "")
+        file = self.files.get(run_id)
         if file is not None:
             file.write(json.dumps(event_dict, default=str) + "\n")
             file.flush()
@@ -93,9 +113,19 @@ def configure(level: str = "info", stream: TextIO | None = None) -> None:
 
 def ensure_configured(level: str = "info") -> None:
     """Configure Nitro's logging unless the embedding application configured structlog
-    itself; either way, our tee processor must be present for ``log.jsonl``."""
+    itself. Then its chain is kept, but our redaction and ``log.jsonl`` writer go in just
+    before its last processor (the renderer), so its output is redacted too."""
     if not structlog.is_configured():
         configure(level)
+        return
+    processors = list(structlog.get_config()["processors"])
+    if _tee in processors:
+        return
+    ours = [_redact_processor, _tee]
+    if processors and _redact_processor in processors:
+        ours = [_tee]
+    position = max(0, len(processors) - 1)
+    structlog.configure(processors=processors[:position] + ours + processors[position:])
 
 
 def open_run_log(run_id: str, path: Path) -> None:
