@@ -1,16 +1,21 @@
-"""The ``aws`` cost model: what a round would cost on AWS Lambda (or VMs) and a learner instance.
+"""The ``aws`` cost model: what a round costs on AWS Lambda (or actor VMs), a learner instance
+and, with the Redis transport, an ElastiCache node. Items and prices: ``docs/scalers.md``.
 
-Lambda bills GB-seconds (memory in GB times duration rounded up to 1 ms) plus a per-request
-price, and in simulate mode the init phase of each simulated cold start; the learner instance
-bills the round's (simulated) wall time, probe time included (the prototype left that out). ``actors_kind = "vm"`` prices the serverful baseline instead: VMs of
-``actors_per_vm`` actors billed per hour for the round, plus a start-up delay whenever the VM
-count grows. Defaults are us-east-1 list prices, read on the date in ``PRICES_READ``.
+Every invocation AWS bills is charged: a successful one for its billed duration (GB-s), its
+request and its init phase; a function error or timeout for the time it ran; one the caller
+cancelled for the time up to the function timeout, because on AWS it keeps running after the
+caller gives up and only the elapsed time is known here. The learner instance and the Redis
+node bill the round's time per hour (``RoundRecord.sim_time_s``, from which the coordinator
+leaves evaluation out). Evaluation time (``RoundRecord.eval_s``) is measured but not charged:
+runs with more rounds would otherwise pay for more evaluations. The Hessian
+probe's time is its own item, ``probe_usd``.
 
-Estimates (for the budget rule and the scalers' cap) are deliberately pessimistic: the slowest
-actor of the last few rounds billed for every actor, the longest round time of the last few
-rounds with its learner time grown with the batch, a cold start when the count exceeds any
-seen so far, all times ``estimate_margin``. A round that costs more than its
-estimate can still overrun the budget; the margin makes that unlikely, not impossible.
+``estimate_round_usd`` is the one estimate the budget allocator uses, for the stop rule and
+for the largest affordable actor count alike, so it must never be below what the round will
+be charged yet tight enough for the last rounds to shrink N and spend the budget. It is an
+upper envelope of the recent rounds: the highest per-actor bill times N, plus the round's
+charged time as a straight line in N (learner time grows with the batch on a CPU) fitted on
+recent rounds and raised by its largest residual, all times ``estimate_margin``.
 """
 
 from __future__ import annotations
@@ -18,115 +23,267 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from kernel.roles import PluginContext, Receipt, RoundRecord
 
-#: When the default prices below were read from aws.amazon.com/lambda/pricing (us-east-1).
+#: When the default prices below were read (aws.amazon.com/lambda/pricing, /ec2/pricing/on-demand,
+#: /elasticache/pricing; us-east-1, on-demand, Linux).
 PRICES_READ = "2026-11"
 GB_S_USD = {"x86_64": 0.0000166667, "arm64": 0.0000133334}
 REQUEST_USD = 0.20 / 1_000_000
+#: Learner instance presets, $/h: a 2-vCPU CPU instance (c7i.large) and the paper's GPU
+#: instance (p3.2xlarge, one V100).
+LEARNER_USD_PER_H = {"cpu": 0.08925, "gpu": 3.06}
+#: The smallest ElastiCache node (cache.t4g.micro), $/h.
+REDIS_USD_PER_HOUR = 0.016
+
+#: Failure reasons of calls that never started a function: AWS bills nothing for a throttled
+#: or rejected request, but the engine cannot always tell, so these pay the request only.
+NEVER_RAN = ("throttl", "connect", "credentials", "weights_gone", "service_error",
+             "ResourceNotFound", "AccessDenied", "InvalidParameter", "InvalidRequestContent",
+             "RequestTooLarge")
+
+
+def learner_usd_per_h(cfg: dict[str, Any]) -> float:
+    """The learner's price from the ``learner`` preset, or ``learner_usd_per_h`` for custom."""
+    if cfg["learner"] == "custom":
+        if cfg["learner_usd_per_h"] is None:
+            raise ValueError("learner = 'custom' needs cost.learner_usd_per_h")
+        return float(cfg["learner_usd_per_h"])
+    if cfg["learner_usd_per_h"] is not None:
+        raise ValueError(f"cost.learner_usd_per_h is set but learner = {cfg['learner']!r} "
+                         "has its own price: set learner = 'custom'")
+    return LEARNER_USD_PER_H[cfg["learner"]]
+
+
+def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
+    """Plan-time check: a learner price that the preset and the explicit key agree on."""
+    learner_usd_per_h(section)
+
+
+class RoundTimes:
+    """Recent rounds' charged time against their actor count, and an upper envelope of it.
+
+    With two or more distinct counts, a least-squares line (slope at least 0: more actors never
+    make a round shorter) raised by its largest residual, so it lies on or above every recent
+    round; with one count, that round's longest time, grown in proportion when N is larger
+    (a line through the origin is the steepest a non-negative intercept allows)."""
+
+    def __init__(self, keep: int):
+        self.points: deque[tuple[int, float]] = deque(maxlen=keep)
+
+    def add(self, actors: int, seconds: float) -> None:
+        self.points.append((max(1, int(actors)), max(0.0, float(seconds))))
+
+    def upper(self, actors: int) -> float:
+        if not self.points:
+            return 0.0
+        n = np.array([p[0] for p in self.points], dtype=np.float64)
+        y = np.array([p[1] for p in self.points], dtype=np.float64)
+        if np.ptp(n) == 0:
+            return float(y.max()) * max(1.0, actors / n[0])
+        slope, intercept = np.polyfit(n, y, 1)
+        if slope < 0:
+            slope, intercept = 0.0, float(y.mean())
+        residual = float(np.max(y - (intercept + slope * n)))
+        return max(0.0, float(intercept + slope * actors) + max(0.0, residual))
+
+
+@dataclass(slots=True)
+class _Bill:
+    """One invocation's billed parts: duration (ms, init included), requests."""
+
+    ms: float
+    requests: int
 
 
 class AwsCost:
     def __init__(self, ctx: PluginContext):
         cfg = ctx.config
         actors = ctx.plan["actors"]
-        self.arch = cfg.get("architecture", "x86_64")
-        self.gb_s_usd = float(cfg.get("gb_s_usd") or GB_S_USD[self.arch])
-        self.request_usd = float(cfg.get("request_usd", REQUEST_USD))
-        self.learner_usd_per_hour = float(cfg.get("learner_usd_per_hour", 0.17))
-        self.memory_gb = float(cfg.get("memory_mb") or actors.get("memory_mb") or 1769) / 1024
-        self.kind = str(cfg.get("actors_kind", "lambda"))
-        self.vm_usd_per_hour = float(cfg.get("vm_usd_per_hour", 0.34))
-        self.vm_startup_s = float(cfg.get("vm_startup_s", 40.0))
-        self.actors_per_vm = int(cfg.get("actors_per_vm", 4))
-        self.margin = float(cfg.get("estimate_margin", 1.5))
+        self.gb_s_usd = float(cfg["gb_s_usd"] or GB_S_USD[cfg["architecture"]])
+        self.request_usd = float(cfg["request_usd"])
+        self.learner_usd_per_h = learner_usd_per_h(cfg)
+        transport = ctx.plan.get("transport", {}).get("kind")
+        self.redis_usd_per_hour = float(cfg["redis_usd_per_hour"]) if transport == "redis" \
+            else 0.0
+        self.memory_gb = float(cfg["memory_mb"] or actors.get("memory_mb") or 1769) / 1024
+        self.function_timeout_s = float(cfg["function_timeout_s"] or actors.get("timeout_s")
+                                        or actors.get("deadline_s") or 900.0)
+        self.kind = str(cfg["actors_kind"])
+        self.vm_usd_per_hour = float(cfg["vm_usd_per_hour"])
+        self.vm_startup_s = float(cfg["vm_startup_s"])
+        self.actors_per_vm = int(cfg["actors_per_vm"])
+        self.margin = float(cfg["estimate_margin"])
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
-        #: them) are billed too.
-        self.bill_sim_cold = bool(actors.get("simulate", False))
+        #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
+        self.simulate = bool(actors.get("simulate", False))
         self.sim_warm_pool = 0
         self.vms = 0  # VMs running after the last round (serverful baseline)
-        self.max_actors = 0
-        #: (sim_time_s without VM start-up, learner_s per actor, actors, slowest actor ms) of
-        #: recent rounds: one fast round must not make the next estimate optimistic.
-        self.recent: deque[tuple[float, float, int, float]] = deque(maxlen=int(
-            cfg.get("estimate_rounds", 5)))
+        keep = int(cfg["estimate_rounds"])
+        self.times = RoundTimes(keep)
+        #: Mean bill of one successful actor (GB-s, request, init) in each recent round: N
+        #: actors' bills sum to about N times their mean, so the highest recent mean bounds
+        #: them more tightly than the slowest actor would.
+        self.per_actor: deque[float] = deque(maxlen=keep)
 
     # -- prices -------------------------------------------------------------------------------
 
-    def actor_usd(self, duration_ms: float) -> float:
-        """One Lambda invocation: GB-s of the duration rounded up to 1 ms, plus the request."""
-        billed_ms = math.ceil(duration_ms)
-        return billed_ms / 1000 * self.memory_gb * self.gb_s_usd + self.request_usd
+    def actor_usd(self, duration_ms: float, requests: int = 1) -> float:
+        """One Lambda invocation: GB-s of the duration rounded up to 1 ms, plus its requests."""
+        billed_ms = math.ceil(duration_ms - 1e-9)
+        return billed_ms / 1000 * self.memory_gb * self.gb_s_usd + requests * self.request_usd
 
-    def learner_usd(self, seconds: float) -> float:
-        return seconds / 3600 * self.learner_usd_per_hour
+    def time_usd_per_s(self) -> float:
+        """What one second of the round costs besides the actors: learner and Redis node."""
+        return (self.learner_usd_per_h + self.redis_usd_per_hour) / 3600
 
     def vms_for(self, actors: int) -> int:
         return math.ceil(actors / self.actors_per_vm)
-
-    # -- the CostModel role -------------------------------------------------------------------
-
-    def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
-        self.max_actors = max(self.max_actors, record.actors)
-        self.recent.append(_footprint(record))
-        if self.kind == "vm":
-            vms = self.vms_for(record.actors)
-            started = max(0, vms - self.vms)
-            self.vms = vms
-            vm_s = vms * record.sim_time_s + started * self.vm_startup_s
-            if started:
-                # The round's actors cannot start before their VM: the start-up delays the
-                # round as much as it costs (the coordinator adds sim_time_s after charging).
-                record.sim_time_s += self.vm_startup_s
-            return {"actors_usd": vm_s / 3600 * self.vm_usd_per_hour,
-                    "learner_usd": self.learner_usd(record.sim_time_s)}
-        actors = sum(self.actor_usd(r.duration_ms) for r in receipts if r.ok)
-        failed = sum(self.request_usd for r in receipts if not r.ok)
-        items = {"actors_usd": actors + failed, "learner_usd": self.learner_usd(record.sim_time_s)}
-        if self.bill_sim_cold and any(r.ok for r in receipts):
-            cold = max(0, len(receipts) - self.sim_warm_pool)
-            self.sim_warm_pool = max(self.sim_warm_pool, len(receipts))
-            items["cold_start_usd"] = cold * self.init_usd()
-        return items
 
     def init_usd(self) -> float:
         """The billed init phase of one simulated cold start (no request price of its own)."""
         return math.ceil(self.cold_start_s * 1000) / 1000 * self.memory_gb * self.gb_s_usd
 
+    def bill(self, receipt: Receipt, slowest_ok_ms: float) -> _Bill:
+        """What AWS bills for one invocation (see the module docstring for each case)."""
+        init = 0.0 if self.simulate else receipt.init_ms
+        requests = max(1, receipt.attempts - receipt.throttles)
+        ran_ms = max(float(receipt.billed_ms), receipt.duration_ms + init)
+        if receipt.cancelled:
+            return _Bill(max(ran_ms, self.function_timeout_s * 1000 + init), requests)
+        if receipt.ok:
+            return _Bill(ran_ms, requests)
+        error = receipt.error or ""
+        if ran_ms > 0:
+            return _Bill(ran_ms, requests)
+        if "timeout" in error.lower() or "timed out" in error.lower():
+            return _Bill(self.function_timeout_s * 1000 + init, requests)
+        if any(word.lower() in error.lower() for word in NEVER_RAN):
+            return _Bill(0.0, requests)
+        # A function error with no reported duration ran for part of a normal invocation.
+        return _Bill(slowest_ok_ms, requests)
+
+    # -- the CostModel role -------------------------------------------------------------------
+
+    def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
+        # sim_time_s is the round's training time: the coordinator leaves evaluation out.
+        charged_s = max(0.0, record.sim_time_s)
+        probe_s = min(charged_s, max(0.0, record.probe_s - record.eval_s))
+        if self.kind == "vm":
+            return self._charge_vms(record, charged_s, probe_s)
+        cold = self._sim_cold(len(receipts)) if any(r.ok for r in receipts) else 0
+        self.times.add(record.actors, charged_s - (self.cold_start_s if cold else 0.0))
+        items = self._actor_items(receipts)
+        items["cold_start_usd"] = cold * self.init_usd()
+        items.update(self._time_items(charged_s, probe_s))
+        return items
+
+    def _sim_cold(self, invoked: int) -> int:
+        """Simulated cold starts of this round: actors beyond the warm pool so far."""
+        if not self.simulate:
+            return 0
+        cold = max(0, invoked - self.sim_warm_pool)
+        self.sim_warm_pool = max(self.sim_warm_pool, invoked)
+        return cold
+
+    def _actor_items(self, receipts: Sequence[Receipt]) -> dict[str, float]:
+        slowest = max((r.duration_ms for r in receipts if r.ok), default=0.0)
+        items = {"actors_usd": 0.0, "failed_usd": 0.0, "cancelled_usd": 0.0}
+        succeeded = 0
+        for receipt in receipts:
+            bill = self.bill(receipt, slowest)
+            usd = self.actor_usd(bill.ms, bill.requests)
+            if receipt.cancelled:
+                items["cancelled_usd"] += usd
+            elif receipt.ok:
+                items["actors_usd"] += usd
+                succeeded += 1
+            else:
+                items["failed_usd"] += usd
+        if succeeded:
+            self.per_actor.append(items["actors_usd"] / succeeded)
+        return items
+
+    def _time_items(self, charged_s: float, probe_s: float) -> dict[str, float]:
+        items = {"learner_usd": (charged_s - probe_s) / 3600 * self.learner_usd_per_h,
+                 "probe_usd": probe_s / 3600 * self.learner_usd_per_h}
+        if self.redis_usd_per_hour:
+            items["redis_usd"] = charged_s / 3600 * self.redis_usd_per_hour
+        return items
+
+    def _charge_vms(self, record: RoundRecord, charged_s: float,
+                    probe_s: float) -> dict[str, float]:
+        self.times.add(record.actors, charged_s)
+        vms = self.vms_for(record.actors)
+        started = max(0, vms - self.vms)
+        self.vms = vms
+        if started:
+            # The round's actors cannot start before their VM: the start-up delays the round
+            # as much as it costs (the coordinator adds sim_time_s after charging).
+            record.sim_time_s += self.vm_startup_s
+            charged_s += self.vm_startup_s
+        vm_s = vms * (charged_s - (self.vm_startup_s if started else 0.0)) \
+            + started * self.vm_startup_s
+        return {"actors_usd": vm_s / 3600 * self.vm_usd_per_hour,
+                **self._time_items(charged_s, probe_s)}
+
     def estimate_actor_usd(self, record: RoundRecord | None) -> float | None:
-        """Measured cost of one more actor in a round like ``record`` (mean duration)."""
+        """Cost of one more actor: the highest recent mean bill of one actor (VM share for
+        vm)."""
         if record is None or not record.actor_durations_ms:
             return None
         if self.kind == "vm":
             return record.sim_time_s / self.actors_per_vm / 3600 * self.vm_usd_per_hour
-        mean_ms = sum(record.actor_durations_ms) / len(record.actor_durations_ms)
-        return self.actor_usd(mean_ms)
+        if self.per_actor:
+            return max(self.per_actor)
+        return self.actor_usd(float(np.mean(record.actor_durations_ms)))
 
     def estimate_round_usd(self, record: RoundRecord, actors: int) -> float:
-        """Pessimistic cost of a round like the recent ones (``record`` the last) with
-        ``actors`` actors."""
-        recent = list(self.recent) or [_footprint(record)]
-        # Learner time grows with the batch (N x envs x steps); the actors' time does not.
-        sim_s = max(t + per_actor * max(0, actors - n) for t, per_actor, n, _ in recent)
-        slowest_ms = max(ms for *_, ms in recent)
-        if actors > self.max_actors:
-            sim_s += self.cold_start_s
+        """Upper envelope of a round like the recent ones (``record`` the last) with ``actors``
+        actors, times the margin: never below what such a round has been charged so far."""
+        times = self.times
+        if not times.points:  # nothing charged yet: take the record at its word
+            times = RoundTimes(1)
+            times.add(record.actors, record.sim_time_s)
+        seconds = times.upper(actors)
+        cold = max(0, actors - self.sim_warm_pool) if self.simulate else 0
+        if cold:
+            seconds += self.cold_start_s
         if self.kind == "vm":
             vms = self.vms_for(actors)
             started = max(0, vms - self.vms)
-            vm_s = vms * sim_s + started * self.vm_startup_s
-            sim_s += self.vm_startup_s if started else 0.0
-            actors_usd = vm_s / 3600 * self.vm_usd_per_hour
+            actors_usd = (vms * seconds + started * self.vm_startup_s) / 3600 \
+                * self.vm_usd_per_hour
+            seconds += self.vm_startup_s if started else 0.0
         else:
-            actors_usd = actors * self.actor_usd(slowest_ms)
-            if self.bill_sim_cold:
-                actors_usd += max(0, actors - self.sim_warm_pool) * self.init_usd()
-        return self.margin * (actors_usd + self.learner_usd(sim_s))
+            per_actor = self.estimate_actor_usd(record) or self.actor_usd(0.0)
+            actors_usd = actors * per_actor + cold * self.init_usd()
+        return self.margin * (actors_usd + seconds * self.time_usd_per_s())
 
+    def estimate_first_round_usd(self, actors: int) -> float:
+        """Before any round nothing is measured: only the requests and the simulated cold
+        starts are certain, so round 1 runs unless those alone exceed the budget."""
+        cold = self.cold_start_s if self.simulate else 0.0
+        return actors * (self.request_usd + (self.init_usd() if self.simulate else 0.0)) \
+            + cold * self.time_usd_per_s()
 
-def _footprint(record: RoundRecord) -> tuple[float, float, int, float]:
-    return (record.sim_time_s, record.learner_s / max(1, record.actors), record.actors,
-            max(record.actor_durations_ms, default=0.0))
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        return {"sim_warm_pool": self.sim_warm_pool, "vms": self.vms,
+                "times": [list(p) for p in self.times.points],
+                "per_actor": list(self.per_actor)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.sim_warm_pool = int(state["sim_warm_pool"])
+        self.vms = int(state["vms"])
+        for actors, seconds in state["times"]:
+            self.times.add(int(actors), float(seconds))
+        self.per_actor.extend(float(v) for v in state["per_actor"])

@@ -21,17 +21,11 @@ from kernel.roles import PluginContext, RoundRecord, ScaleContext
 def budget_cap(ctx: ScaleContext) -> int | None:
     """Most actors the budget left can pay for next round, or None when there is no limit.
 
-    The round's fixed part (learner and probe time) is taken from the last round's bill less
-    its actors, so the cap leaves room for it.
+    The kernel's budget allocator computes it from the cost model's one round estimate (so the
+    scalers and the stop rule never disagree) and applies it after ``decide`` in any case; the
+    adaptive scalers clip to it as well so their ``wanted`` and ``budget_cap`` details show it.
     """
-    per_actor = ctx.cost_per_actor_usd
-    if ctx.budget_left_usd is None or per_actor is None or not per_actor > 0:
-        return None
-    fixed = 0.0
-    if ctx.history:
-        last = ctx.history[-1]
-        fixed = max(0.0, last.cost_usd - last.actors * per_actor)
-    return max(0, math.floor((ctx.budget_left_usd - fixed) / per_actor))
+    return ctx.affordable
 
 
 def _finite(value: Any) -> float | None:
@@ -45,9 +39,13 @@ def _finite(value: Any) -> float | None:
 
 
 class _Scaler:
-    """Shared shell: clip to [n_min, n_max], then to the budget cap when ``cap`` is on."""
+    """Shared shell: clip to [n_min, n_max], then to the budget cap when ``cap`` is on.
+
+    ``adaptive`` says whether the choice reads the round's measurements: one that does not
+    can be asked ahead, while an overlapped round is still being measured."""
 
     cap_to_budget = True
+    adaptive = True
 
     def __init__(self, ctx: PluginContext):
         self.last_detail: dict[str, float] = {}
@@ -71,6 +69,7 @@ class FixedScaler(_Scaler):
     """Always ``scaler.count``, default ``actors.count`` (the paper's fixed baseline)."""
 
     cap_to_budget = False
+    adaptive = False
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
@@ -83,6 +82,7 @@ class FixedScaler(_Scaler):
 
 class MinScaler(_Scaler):
     cap_to_budget = False
+    adaptive = False
 
     def choose(self, ctx: ScaleContext) -> int:
         self.last_detail = {}
@@ -91,6 +91,7 @@ class MinScaler(_Scaler):
 
 class MaxScaler(_Scaler):
     cap_to_budget = False
+    adaptive = False
 
     def choose(self, ctx: ScaleContext) -> int:
         self.last_detail = {}
@@ -100,19 +101,21 @@ class MaxScaler(_Scaler):
 class RandomScaler(_Scaler):
     """Uniform on [n_min, n_max] from the run's seeded generator."""
 
+    adaptive = False
+
     def choose(self, ctx: ScaleContext) -> int:
         self.last_detail = {}
         return int(ctx.rng.integers(ctx.n_min, ctx.n_max + 1))
 
 
 class NitroScaler(_Scaler):
-    """The paper's scaler: boost when the loss looks convex (rho high in its recent window).
+    """Boost when the loss looks convex: rho high against its recent window.
 
-    x_t = rho_t * decay^t enters a window of ``window`` values; score = (x_t - min) / (max -
-    min); N = clip(N_max * score, floor_t, N_max) with floor_t = max(N_max * decay^t, N_min);
-    then the budget cap. ``prototype_compat`` reproduces the prototype: raw rho in the window,
-    the current decayed value normalised against it (clipped to [0, 1]), and the decay applied
-    twice in the floor (N_max * decay^(2t)).
+    Default rule: x_t = rho_t * decay^t enters a window of ``window`` values; score = (x_t -
+    min) / (max - min); N = ceil(clip(N_max * score, floor_t, N_max)) with floor_t =
+    max(N_max * decay^t, N_min). ``prototype_compat`` runs the paper's prototype rule exactly
+    instead (``prototype_step``). A missing or non-finite rho keeps N; a window without spread
+    (0/0) scores ``flat_score``.
     """
 
     def __init__(self, ctx: PluginContext):
@@ -122,32 +125,184 @@ class NitroScaler(_Scaler):
         self.decay = float(cfg.get("decay", 0.96))
         self.flat_score = float(cfg.get("flat_score", 1.0))
         self.prototype_compat = bool(cfg.get("prototype_compat", False))
-        self.signal = str(cfg.get("signal", "hessian_ratio"))
+        self.signal = str(cfg.get("signal", DEFAULT_SIGNAL["nitro"]))
 
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round
-        rho = _finite(ctx.history[-1].probes.get(self.signal)) if ctx.history else None
+        rho = self.rho(ctx.history[-1]) if ctx.history else None
         if rho is None:
             # No usable measurement this round: keep N rather than react to a missing value.
             self.last_detail = {"skipped": 1.0, "window": float(len(self.window))}
             return ctx.current
-        decayed = rho * self.decay ** t
         if self.prototype_compat:
-            self.window.append(rho)
-            floor_t = ctx.n_max * self.decay ** (2 * t)
-        else:
-            self.window.append(decayed)
-            floor_t = ctx.n_max * self.decay ** t
-        floor_t = max(floor_t, float(ctx.n_min))
-        lo, hi = min(self.window), max(self.window)
-        if hi - lo <= 1e-12 * max(abs(hi), abs(lo), 1e-30):
-            score = self.flat_score  # 0/0: one value, or all equal; see docs/scalers.md
-        else:
-            score = min(1.0, max(0.0, (decayed - lo) / (hi - lo)))
+            return self.prototype_step(rho, t, ctx.n_min, ctx.n_max)
+        decayed = rho * self.decay ** t
+        self.window.append(decayed)
+        floor_t = max(ctx.n_max * self.decay ** t, float(ctx.n_min))
+        score = self.score(decayed)
         raw = min(max(ctx.n_max * score, floor_t), float(ctx.n_max))
         self.last_detail = {"rho": rho, "value": decayed, "score": score, "floor": floor_t,
                             "raw": raw, "skipped": 0.0, "window": float(len(self.window))}
         return math.ceil(raw - 1e-9)
+
+    def rho(self, record: RoundRecord) -> float | None:
+        """This round's signal; the prototype's own ratio in prototype mode."""
+        if not self.prototype_compat or self.signal != DEFAULT_SIGNAL["nitro"]:
+            return _finite(record.probes.get(self.signal))
+        return prototype_rho(record.probes)
+
+    def score(self, value: float) -> float:
+        """Min-max position of ``value`` in the window, ``flat_score`` when it has no spread."""
+        lo, hi = min(self.window), max(self.window)
+        if hi - lo <= 1e-12 * max(abs(hi), abs(lo), 1e-30):
+            return self.flat_score  # 0/0: one value, or all equal; see docs/scalers.md
+        score = (value - lo) / (hi - lo)
+        if not math.isfinite(score):  # a spread too wide for floats (inf / inf)
+            return self.flat_score
+        return min(1.0, max(0.0, score))
+
+    def prototype_step(self, rho: float, t: int, n_min: int, n_max: int) -> int:
+        """The prototype's rule, in its order: the decayed value enters the window and is
+        scored against it, then the raw rho enters too; the floor decays with t squared; the
+        count is truncated, not rounded up."""
+        decayed = rho * self.decay ** t
+        self.window.append(decayed)
+        score = 1.0 if len(self.window) == 1 else self.score(decayed)
+        floor_t = min(max(n_max * self.decay ** (t * t), float(n_min)), float(n_max))
+        raw = min(max(n_max * score, floor_t), float(n_max))
+        self.window.append(rho)
+        self.last_detail = {"rho": rho, "value": decayed, "score": score, "floor": floor_t,
+                            "raw": raw, "skipped": 0.0, "window": float(len(self.window))}
+        return int(raw)
+
+    def state(self) -> dict[str, Any]:
+        return {"window": list(self.window)}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.window.extend(float(v) for v in state["window"])
+
+
+def prototype_rho(probes: dict[str, float]) -> float | None:
+    """rho = -(theta_max + 0.01) / (theta_min - 0.01), as the probe reports it
+    (``hessian_ratio_prototype``) or from its extreme eigenvalues."""
+    reported = _finite(probes.get("hessian_ratio_prototype"))
+    if reported is not None:
+        return reported
+    lam_max, lam_min = _finite(probes.get("lambda_max")), _finite(probes.get("lambda_min"))
+    if lam_max is None or lam_min is None or lam_min - 0.01 == 0:
+        return None
+    return _finite(-(lam_max + 0.01) / (lam_min - 0.01))
+
+
+class PrototypeScaler(NitroScaler):
+    """``nitro`` with ``prototype_compat = true``: the paper's prototype rule by its own name."""
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        self.prototype_compat = True
+
+
+class DecayOnlyScaler(_Scaler):
+    """The nitro rule's floor and decay with no curvature: what the Hessian adds is nitro minus
+    this. N = ceil(max(N_max * decay^t, N_min)); with ``prototype_compat``, the prototype's
+    floor int(clip(N_max * decay^(t^2), N_min, N_max))."""
+
+    adaptive = False
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        self.decay = float(ctx.config.get("decay", 0.96))
+        self.prototype_compat = bool(ctx.config.get("prototype_compat", False))
+
+    def choose(self, ctx: ScaleContext) -> int:
+        t = ctx.round
+        if self.prototype_compat:
+            floor_t = min(max(ctx.n_max * self.decay ** (t * t), float(ctx.n_min)),
+                          float(ctx.n_max))
+            n = int(floor_t)
+        else:
+            floor_t = max(ctx.n_max * self.decay ** t, float(ctx.n_min))
+            n = math.ceil(floor_t - 1e-9)
+        self.last_detail = {"floor": floor_t}
+        return n
+
+
+class NoBoostScaler(_Scaler):
+    """The paper's no-boost baseline: the nitro score is computed from the probe every round
+    (so probes run and are billed as in a boosted run) but N stays ``count``."""
+
+    cap_to_budget = False
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        self.count = int(ctx.config.get("count") or ctx.plan["actors"]["count"])
+        self.rule = NitroScaler(ctx)
+
+    def choose(self, ctx: ScaleContext) -> int:
+        would = self.rule.choose(ctx)
+        self.last_detail = {**self.rule.last_detail, "would_boost_to": float(would)}
+        return self.count
+
+    def state(self) -> dict[str, Any]:
+        return self.rule.state()
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.rule.load_state(state)
+
+
+class KungfuScaler(_Scaler):
+    """KungFu's adaptive batch as the paper ran it: after round 1, N = ``base`` (N_min) and
+    g_prev = GNS_1; whenever GNS_t > g_prev, N <- clip(N * GNS_t / g_prev, N_min, N_max) and
+    g_prev <- GNS_t (the prototype never updated g_prev, so its N compounded on every round
+    above GNS_1). N is kept unrounded between rounds and truncated when returned. A missing,
+    non-finite or non-positive GNS holds N."""
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        self.signal = str(ctx.config.get("signal", DEFAULT_SIGNAL["gns"]))
+        self.base = ctx.config.get("base")
+        self.n: float | None = None
+        self.previous: float | None = None
+
+    def choose(self, ctx: ScaleContext) -> int:
+        gns = _finite(ctx.history[-1].probes.get(self.signal)) if ctx.history else None
+        if self.n is None:
+            self.n = float(self.base or ctx.n_min)
+        if gns is None or gns <= 0:
+            self.last_detail = {"skipped": 1.0, "n": self.n}
+            return int(self.n)
+        if self.previous is None:
+            self.previous = gns
+        elif gns > self.previous:
+            self.n = min(max(self.n * gns / self.previous, float(ctx.n_min)), float(ctx.n_max))
+            self.previous = gns
+        self.last_detail = {"gns": gns, "previous": self.previous, "n": self.n, "skipped": 0.0}
+        return int(self.n)
+
+    def state(self) -> dict[str, Any]:
+        return {"n": self.n, "previous": self.previous}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.n, self.previous = state["n"], state["previous"]
+
+
+class HydrozoaScaler(_Scaler):
+    """Hydrozoa's schedule as the paper ran it: ``base`` (N_min) actors doubled every ``every``
+    rounds. Round r runs base * 2^((r - 1) // every), capped at N_max; round 1 runs the plan's
+    count."""
+
+    adaptive = False
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        self.base = ctx.config.get("base")
+        self.every = int(ctx.config.get("every", 10))
+
+    def choose(self, ctx: ScaleContext) -> int:
+        step = ctx.round // self.every  # the next round is ctx.round + 1
+        base = int(self.base or ctx.n_min)
+        self.last_detail = {"step": float(step)}
+        return min(base * 2 ** min(step, 30), ctx.n_max)
 
 
 class GnsScaler(_Scaler):
@@ -186,6 +341,8 @@ class ScheduleScaler(_Scaler):
     """Step schedule. ``steps`` (a list of counts, each held ``every`` rounds, the last one
     kept), or ``step`` actors more (ascend, from N_min) or fewer (descend, from N_max) every
     ``every`` rounds."""
+
+    adaptive = False
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
@@ -250,18 +407,30 @@ def _reward(record: RoundRecord) -> float | None:
 #: When a plan leaves actors.max unset, an adaptive scaler gets room to boost.
 ADAPTIVE_MAX_FACTOR = 8
 
+#: The probe value each measuring scaler reads by default, and the probe that reports it.
+DEFAULT_SIGNAL = {"nitro": "hessian_ratio", "prototype": "hessian_ratio",
+                  "no_boost": "hessian_ratio", "gns": "gns", "kungfu": "gns"}
+SIGNAL_PROBE = {"hessian_ratio": "hessian", "gns": "gns"}
+
 
 def validate_adaptive(section: dict[str, Any], plan: dict[str, Any]) -> None:
     """Plan-time defaults for scalers that change N: with actors.max unset they would be pinned
-    to the start count, so they get ADAPTIVE_MAX_FACTOR x count; and the probe a scaler reads
-    (nitro: hessian, gns: gns) is added with its defaults when the plan has none."""
+    to the start count, so they get ADAPTIVE_MAX_FACTOR x count; and the probe they read is
+    added (``validate_probe``)."""
     actors = plan["actors"]
     if actors["max"] is None:
         actors["max"] = max(actors["min"], ADAPTIVE_MAX_FACTOR * actors["count"])
-    probe = {"nitro": "hessian", "gns": "gns"}.get(section["name"])
+    validate_probe(section, plan)
+
+
+def validate_probe(section: dict[str, Any], plan: dict[str, Any]) -> None:
+    """Add the probe a scaler reads (nitro, prototype, no_boost: hessian; gns, kungfu: gns) with
+    its defaults when the plan has none and the scaler reads its default signal."""
+    default = DEFAULT_SIGNAL.get(section["name"])
     signal = section.get("signal")
-    if probe is None or (signal is not None and signal != _DEFAULT_SIGNAL[section["name"]]):
+    if default is None or (signal is not None and signal != default):
         return
+    probe = SIGNAL_PROBE[default]
     if not any(item["name"] == probe for item in plan["probes"]):
         from kernel.plan import PROBE_ITEM
         from kernel.registry import default_registry
@@ -269,6 +438,3 @@ def validate_adaptive(section: dict[str, Any], plan: dict[str, Any]) -> None:
 
         fields = {**PROBE_ITEM, **default_registry().get("probe", probe).config}
         plan["probes"].insert(0, validate_table(f"probes[{probe}]", {"name": probe}, fields))
-
-
-_DEFAULT_SIGNAL = {"nitro": "hessian_ratio", "gns": "gns"}

@@ -4,32 +4,48 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
 
+from kernel.plan import COST
 from kernel.roles import PluginContext, Receipt, RoundRecord
+from kernel.schema import validate_table
 from plugins.actors_local import LocalBackend
 from plugins.cost_aws import GB_S_USD, PRICES_READ, REQUEST_USD, AwsCost
+from plugins.cost_prototype import PrototypeCost
+from plugins.descriptors.boost import AWS_COST_CONFIG, PROTOTYPE_COST_CONFIG
 
 X86, ARM = 0.0000166667, 0.0000133334
 
 
-def cost_model(plan_actors: dict[str, Any] | None = None, **config: Any) -> AwsCost:
-    plan = {"actors": {"memory_mb": 1024, "sim_cold_start_s": 1.0, **(plan_actors or {})}}
-    return AwsCost(PluginContext(name="aws", config={"name": "aws", **config}, plan=plan,
-                                 run_id="t", run_dir=None, seed=0, bus=None))
+def cost_model(plan_actors: dict[str, Any] | None = None, *, transport: str = "memory",
+               **config: Any) -> AwsCost:
+    """The model as a run builds it: its plan section validated against its declared keys."""
+    plan = {"actors": {"memory_mb": 1024, "sim_cold_start_s": 1.0, **(plan_actors or {})},
+            "transport": {"kind": transport}}
+    cfg = validate_table("cost", {"name": "aws", **config}, {**COST, **AWS_COST_CONFIG})
+    return AwsCost(PluginContext(name="aws", config=cfg, plan=plan, run_id="t", run_dir=None,
+                                 seed=0, bus=None))
 
 
-def receipt(i: int, ms: float, ok: bool = True) -> Receipt:
-    return Receipt(request_id=f"r{i}", ok=ok, duration_ms=ms if ok else 0.0)
+def prototype_model(**config: Any) -> PrototypeCost:
+    cfg = validate_table("cost", {"name": "prototype", **config},
+                         {**COST, **PROTOTYPE_COST_CONFIG})
+    return PrototypeCost(PluginContext(name="prototype", config=cfg, plan={}, run_id="t",
+                                       run_dir=None, seed=0, bus=None))
+
+
+def receipt(i: int, ms: float, ok: bool = True, **kw: Any) -> Receipt:
+    return Receipt(request_id=f"r{i}", ok=ok, duration_ms=ms if ok else 0.0, **kw)
 
 
 def record(durations: list[float], *, actors: int | None = None, sim_time_s: float = 0.0,
-           learner_s: float = 0.0, probe_s: float = 0.0) -> RoundRecord:
+           learner_s: float = 0.0, probe_s: float = 0.0, eval_s: float = 0.0) -> RoundRecord:
     return RoundRecord(round=1, actors=actors or len(durations), env_steps=0,
                        batches=len(durations), round_s=0.0, learner_s=learner_s,
                        probe_s=probe_s, actor_durations_ms=durations, cold_starts=0,
                        eval_return=None, episode_return_mean=None, probes={},
-                       sim_time_s=sim_time_s)
+                       sim_time_s=sim_time_s, eval_s=eval_s)
 
 
 class StubTransport:
@@ -63,7 +79,7 @@ def test_lambda_invocation_bills_gb_seconds_rounded_up_to_1_ms(arch: str, price:
 
 def test_simulated_round_time_and_cost_by_hand() -> None:
     backend = local_backend()
-    model = cost_model({"simulate": True}, learner_usd_per_hour=0.36)
+    model = cost_model({"simulate": True}, learner="custom", learner_usd_per_h=0.36)
     # Round 1: three actors into an empty warm pool: latency + slowest + one cold start.
     r1 = [receipt(0, 100.0), receipt(1, 250.0), receipt(2, 80.4)]
     actor_s = backend.simulated_actor_s(r1)
@@ -73,17 +89,21 @@ def test_simulated_round_time_and_cost_by_hand() -> None:
     items = model.charge(rec, r1)
     gb_s = (0.100 + 0.250 + 0.081) * 1.0
     assert items["actors_usd"] == pytest.approx(gb_s * X86 + 3 * 0.2e-6, rel=1e-12)
-    # The learner bills the round's simulated time, probe time included: 2.0 s at $0.36/h.
+    # The learner instance bills the round's simulated time, 2.0 s at $0.36/h: the probe's
+    # 0.22 s of it as its own item.
     assert rec.sim_time_s == pytest.approx(2.0)
-    assert items["learner_usd"] == pytest.approx(2.0 / 3600 * 0.36, rel=1e-12)
+    assert items["learner_usd"] == pytest.approx(1.78 / 3600 * 0.36, rel=1e-12)
+    assert items["probe_usd"] == pytest.approx(0.22 / 3600 * 0.36, rel=1e-12)
     # Three simulated cold starts, each an init phase of 1 s billed at 1 GB (Lambda bills init).
     assert items["cold_start_usd"] == pytest.approx(3 * 1.0 * X86, rel=1e-12)
 
-    # Round 2: two actors, both warm; a failed invocation still pays its request.
+    # Round 2: two actors, both warm; a failed invocation pays its request, and as it ran
+    # for an unknown time, as long as the slowest successful one (40 ms).
     r2 = [receipt(0, 40.0), receipt(1, 0.0, ok=False)]
     assert backend.simulated_actor_s(r2) == pytest.approx(0.03 + 0.040)
     items = model.charge(record([40.0], actors=2, sim_time_s=1.0), r2)
-    assert items["actors_usd"] == pytest.approx(0.040 * X86 + 2 * 0.2e-6, rel=1e-12)
+    assert items["actors_usd"] == pytest.approx(0.040 * X86 + 0.2e-6, rel=1e-12)
+    assert items["failed_usd"] == pytest.approx(0.040 * X86 + 0.2e-6, rel=1e-12)
     assert items["cold_start_usd"] == 0.0
     # Round 3: four actors, one beyond the warm pool of three: a cold start again.
     r3 = [receipt(i, 10.0 * (i + 1)) for i in range(4)]
@@ -96,7 +116,7 @@ def test_simulated_round_time_and_cost_by_hand() -> None:
 
 def test_serverful_vms_bill_hours_and_start_up_when_the_count_grows() -> None:
     model = cost_model(actors_kind="vm", vm_usd_per_hour=0.36, vm_startup_s=30.0,
-                       actors_per_vm=4, learner_usd_per_hour=0.18)
+                       actors_per_vm=4, learner="custom", learner_usd_per_h=0.18)
     # 6 actors: 2 new VMs, billed 10 s of round + 30 s of start-up each; the start-up delays
     # the round, so the learner waits (and pays) 40 s.
     rec = record([1.0] * 6, sim_time_s=10.0)
@@ -113,21 +133,177 @@ def test_serverful_vms_bill_hours_and_start_up_when_the_count_grows() -> None:
     assert model.charge(rec, [])["actors_usd"] == pytest.approx((30 + 30) / 3600 * 0.36)
 
 
-def test_estimates_are_pessimistic_by_hand() -> None:
-    model = cost_model(learner_usd_per_hour=0.36, estimate_margin=1.5)
-    rec = record([100.0, 200.0], sim_time_s=2.0, learner_s=0.5)
-    actual = sum(model.charge(rec, [receipt(0, 100.0), receipt(1, 200.0)]).values())
-    assert model.estimate_actor_usd(rec) == pytest.approx(model.actor_usd(150.0))
-    # The same round again: the slowest bill for each actor, the same time, times 1.5.
-    same = model.estimate_round_usd(rec, 2)
-    assert same == pytest.approx(1.5 * (2 * model.actor_usd(200.0) + 2.0 / 3600 * 0.36))
-    assert same >= actual
-    # Four actors: learner time grows by 0.25 s per extra actor, and four exceed any count
-    # seen so far (a cold start of 1 s).
-    four = model.estimate_round_usd(rec, 4)
-    assert four == pytest.approx(1.5 * (4 * model.actor_usd(200.0) + 3.5 / 3600 * 0.36))
-    # A fast round does not make the next estimate optimistic: the recent worst case holds.
-    fast = record([10.0, 10.0], sim_time_s=0.5, learner_s=0.1)
-    model.charge(fast, [receipt(0, 10.0), receipt(1, 10.0)])
-    assert model.estimate_round_usd(fast, 2) == pytest.approx(same)
-    assert model.estimate_actor_usd(record([])) is None
+
+
+# ---- honest billing: everything AWS bills -----------------------------------------------------
+
+GB_MS = X86 / 1000  # one ms at 1 GB (the helper's memory) on x86
+
+
+def test_errors_timeouts_cancelled_and_init_are_billed_for_their_time() -> None:
+    model = cost_model({"timeout_s": 30.0})
+    receipts = [
+        # A success whose platform reported a 250 ms init: AWS bills init + duration.
+        receipt(0, 100.2, init_ms=250.0),
+        # A function error that reported its duration: billed for it, and two attempts (a
+        # retry) pay two requests.
+        Receipt(request_id="e", ok=False, duration_ms=60.0, error="handler: boom", attempts=2),
+        # A timeout: it ran until the function timeout (30 s).
+        Receipt(request_id="t", ok=False, error="timeout"),
+        # Cancelled by the caller after 5 s: on AWS it runs on; billed up to the timeout.
+        Receipt(request_id="c", ok=False, duration_ms=5000.0, cancelled=True),
+        # Throttled three times, then given up: never ran, and throttled requests are free,
+        # but the one request that may have reached the service pays.
+        Receipt(request_id="h", ok=False, error="gave up after 3 attempts: throttled: x",
+                attempts=3, throttles=3),
+    ]
+    items = model.charge(record([100.2], actors=5, sim_time_s=1.0), receipts)
+    assert items["actors_usd"] == pytest.approx(351 * GB_MS + 0.2e-6, rel=1e-12)
+    assert items["failed_usd"] == pytest.approx(
+        (60 * GB_MS + 2 * 0.2e-6) + (30_000 * GB_MS + 0.2e-6) + 0.2e-6, rel=1e-12)
+    assert items["cancelled_usd"] == pytest.approx(30_000 * GB_MS + 0.2e-6, rel=1e-12)
+    # An explicit function timeout wins over the actors' deadline.
+    short = cost_model({"timeout_s": 30.0}, function_timeout_s=10.0)
+    cancel = [Receipt(request_id="c", ok=False, duration_ms=5000.0, cancelled=True)]
+    assert short.charge(record([], actors=1, sim_time_s=1.0), cancel)["cancelled_usd"] == \
+        pytest.approx(10_000 * GB_MS + 0.2e-6, rel=1e-12)
+
+
+def test_learner_presets_redis_node_probe_item_and_no_charge_for_evaluation() -> None:
+    # 10 s of training time, of which the Hessian probe took 1.5 s; evaluation took another 2 s
+    # that the coordinator left out of sim_time_s and the model must not charge either.
+    rec = record([100.0], sim_time_s=10.0, learner_s=4.0, probe_s=3.5, eval_s=2.0)
+    cpu = cost_model().charge(rec, [receipt(0, 100.0)])
+    assert cpu["learner_usd"] == pytest.approx(8.5 / 3600 * 0.08925, rel=1e-12)
+    assert cpu["probe_usd"] == pytest.approx(1.5 / 3600 * 0.08925, rel=1e-12)
+    assert "redis_usd" not in cpu  # the in-memory transport runs no node
+    gpu = cost_model(learner="gpu").charge(rec, [receipt(0, 100.0)])
+    assert gpu["learner_usd"] + gpu["probe_usd"] == pytest.approx(10 / 3600 * 3.06, rel=1e-12)
+    redis = cost_model(transport="redis").charge(rec, [receipt(0, 100.0)])
+    assert redis["redis_usd"] == pytest.approx(10 / 3600 * 0.016, rel=1e-12)
+    assert cost_model(transport="redis", redis_usd_per_hour=0.034).charge(
+        rec, [receipt(0, 100.0)])["redis_usd"] == pytest.approx(10 / 3600 * 0.034, rel=1e-12)
+
+
+def test_learner_price_must_be_one_choice_in_the_plan() -> None:
+    from kernel.plan import load_plan
+    from kernel.schema import PlanError
+
+    plan = load_plan("plans/cartpole.toml", {"cost.learner": "custom",
+                                             "cost.learner_usd_per_h": 1.5})
+    assert plan["cost"]["learner_usd_per_h"] == 1.5
+    with pytest.raises(PlanError, match="needs cost.learner_usd_per_h"):
+        load_plan("plans/cartpole.toml", {"cost.learner": "custom"})
+    with pytest.raises(PlanError, match="set learner = 'custom'"):
+        load_plan("plans/cartpole.toml", {"cost.learner_usd_per_h": 1.5})
+    proto = load_plan("plans/cartpole.toml", {"cost.name": "prototype"})
+    assert proto["cost"]["learner_usd_per_h"] == 3.06
+
+
+def test_prototype_cost_bills_duration_at_its_two_prices_whatever_the_actors() -> None:
+    # 10 s of training time with a 1.5 s Hessian probe: the prototype left the probe out.
+    rec = record([100.0] * 4, sim_time_s=10.0, probe_s=3.5, eval_s=2.0)
+    items = prototype_model().charge(rec, [receipt(i, 100.0) for i in range(4)])
+    assert items == {"learner_usd": pytest.approx(8.5 / 3600 * 3.06, rel=1e-12),
+                     "actors_usd": pytest.approx(8.5 / 3600 * 0.68, rel=1e-12)}
+    assert sum(prototype_model(charge_probe=True).charge(rec, []).values()) == \
+        pytest.approx(10 / 3600 * 3.74, rel=1e-12)
+
+
+# ---- the one estimate: never below the charge, tight enough to spend the budget ---------------
+
+
+class World:
+    """A run's rounds as a simulated cloud sees them: actor durations that jitter, learner time
+    that grows with the batch, a probe of fixed size, evaluation left out of the bill."""
+
+    def __init__(self, seed: int, jitter: float):
+        self.rng = np.random.default_rng(seed)
+        self.jitter = jitter
+        self.backend = local_backend()
+
+    def wobble(self) -> float:
+        return 1 + self.jitter * float(self.rng.uniform(-1, 1))
+
+    def round(self, n: int) -> tuple[RoundRecord, list[Receipt]]:
+        receipts = [receipt(i, 400.0 * self.wobble()) for i in range(n)]
+        learner_s = (0.3 + 0.05 * n) * self.wobble()
+        probe_s, eval_s = 0.4 * self.wobble(), 0.5
+        rec = record([r.duration_ms for r in receipts], learner_s=learner_s,
+                     probe_s=probe_s + eval_s, eval_s=eval_s)
+        rec.sim_time_s = self.backend.simulated_actor_s(receipts) + learner_s + probe_s
+        return rec, receipts
+
+
+def allocate(model: Any, world: World, budget: float, wants: list[int], n_min: int,
+             n_max: int) -> tuple[float, list[tuple[float, float]]]:
+    """The kernel's allocator: each round the largest N the scaler wants whose estimate fits
+    the budget left; stop when not even N_min fits. Returns the spend and (estimate, charge)
+    of every round after the first."""
+    spent, pairs, last, t = 0.0, [], None, 0
+    while True:
+        want = wants[t % len(wants)]
+        fits = [n for n in range(n_min, min(want, n_max) + 1)
+                if estimate_usd(model, last, n) <= budget - spent]
+        if not fits:
+            return spent, pairs
+        n = max(fits)
+        estimate = estimate_usd(model, last, n)
+        last, receipts = world.round(n)
+        charged = sum(model.charge(last, receipts).values())
+        if t > 0:
+            pairs.append((estimate, charged))
+        spent += charged
+        t += 1
+
+
+def estimate_usd(model: Any, last: RoundRecord | None, n: int) -> float:
+    if last is None:
+        return float(model.estimate_first_round_usd(n))
+    return float(model.estimate_round_usd(last, n))
+
+
+@pytest.mark.parametrize(("seed", "kind", "learner"), [
+    (1, "aws", "cpu"), (2, "aws", "gpu"), (3, "prototype", None), (4, "aws", "cpu")])
+def test_greedy_allocation_by_the_estimate_spends_95_percent_never_more(
+        seed: int, kind: str, learner: str | None) -> None:
+    model = cost_model({"simulate": True}, learner=learner) if kind == "aws" \
+        else prototype_model()
+    world = World(seed, jitter=0.08)
+    # A boosting pattern: the scaler swings between 8 and 64 actors.
+    wants = [16, 64, 40, 8, 64, 24, 12, 56]
+    one_round = sum(model.charge(*world.round(16)).values())  # to size the budget: ~60 rounds
+    model = cost_model({"simulate": True}, learner=learner) if kind == "aws" \
+        else prototype_model()
+    world = World(seed, jitter=0.08)
+    budget = 60 * one_round
+    spent, pairs = allocate(model, world, budget, wants, n_min=8, n_max=64)
+    assert len(pairs) > 20
+    assert all(charged <= estimate for estimate, charged in pairs)
+    assert 0.95 * budget <= spent <= budget
+    # Tight: a typical estimate sits within the margin (1.2) and the envelope's spread.
+    ratios = np.array([estimate / charged for estimate, charged in pairs])
+    assert float(np.median(ratios)) < 1.45
+
+
+def test_the_estimate_follows_learner_time_growing_with_the_batch() -> None:
+    # Two rounds on a line: 8 actors 1.0 s, 16 actors 1.8 s (0.1 s per actor); one actor bills
+    # 100 ms. At 12 actors: 1.4 s, at 32: 3.4 s; the highest per-actor bill times N; x 1.2.
+    model = cost_model(learner="custom", learner_usd_per_h=3.6)
+    for n, seconds in ((8, 1.0), (16, 1.8)):
+        model.charge(record([100.0] * n, sim_time_s=seconds), [receipt(i, 100.0) for i in range(n)])
+    last = record([100.0] * 16, sim_time_s=1.8)
+    per_actor = 100 * GB_MS + 0.2e-6
+    assert model.estimate_round_usd(last, 12) == pytest.approx(
+        1.2 * (12 * per_actor + 1.4 / 1000), rel=1e-9)
+    assert model.estimate_round_usd(last, 32) == pytest.approx(
+        1.2 * (32 * per_actor + 3.4 / 1000), rel=1e-9)
+    # A slower round raises the envelope by its residual: 12 actors took 1.6 s (0.2 s above).
+    model.charge(record([100.0] * 12, sim_time_s=1.6), [receipt(i, 100.0) for i in range(12)])
+    line = np.polyfit([8, 16, 12], [1.0, 1.8, 1.6], 1)
+    top = max(y - np.polyval(line, n) for n, y in ((8, 1.0), (16, 1.8), (12, 1.6)))
+    assert model.estimate_round_usd(last, 12) == pytest.approx(
+        1.2 * (12 * per_actor + (np.polyval(line, 12) + top) / 1000), rel=1e-9)
+    assert model.estimate_round_usd(last, 12) * 1.0 >= sum(
+        model.charge(record([100.0] * 12, sim_time_s=1.6),
+                     [receipt(i, 100.0) for i in range(12)]).values())

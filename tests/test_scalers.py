@@ -15,11 +15,16 @@ import pytest
 
 from kernel.roles import PluginContext, RoundRecord, ScaleContext
 from plugins.scalers import (
+    DecayOnlyScaler,
     FixedScaler,
     GnsScaler,
+    HydrozoaScaler,
+    KungfuScaler,
     MaxScaler,
     MinScaler,
     NitroScaler,
+    NoBoostScaler,
+    PrototypeScaler,
     RandomScaler,
     RewardSlopeScaler,
     ScheduleScaler,
@@ -44,11 +49,11 @@ def rec(round_: int, *, actors: int = 2, probes: dict[str, float] | None = None,
 
 def sctx(history: list[RoundRecord], *, current: int = 2, n_min: int = 1, n_max: int = 16,
          budget_left: float | None = None, per_actor: float | None = None,
-         seed: int = 0) -> ScaleContext:
+         seed: int = 0, affordable: int | None = None) -> ScaleContext:
     return ScaleContext(round=history[-1].round if history else 0, current=current,
                         n_min=n_min, n_max=n_max, history=history,
                         budget_left_usd=budget_left, cost_per_actor_usd=per_actor,
-                        rng=np.random.default_rng(seed))
+                        rng=np.random.default_rng(seed), affordable=affordable)
 
 
 def run(scaler: Any, rhos: list[float | None], key: str = "hessian_ratio",
@@ -107,29 +112,86 @@ def test_nitro_all_equal_window_uses_flat_score() -> None:
     assert scaler.last_detail["score"] == 0.5
 
 
-def test_nitro_prototype_compat_differs_as_documented() -> None:
-    # Raw rho in the window, decayed value scored against it, floor decayed twice:
-    # t=1: window [2], 0/0 -> 16.  t=2: window [2, 2], 0/0 -> 16 (the paper's way gives 4).
-    # t=3: window [2, 2, 8], x = 8 * .125 = 1 -> clipped to 0, floor 16 * .5^6 = .25 -> 1.
-    proto = make(NitroScaler, decay=0.5, window=3, prototype_compat=True)
-    assert run(proto, [2.0, 2.0, 8.0]) == [16, 16, 1]
-    paper = make(NitroScaler, decay=0.5, window=3)
-    assert run(paper, [2.0, 2.0, 8.0]) == [16, 4, 16]
+def test_nitro_prototype_compat_replays_the_paper_rule_by_hand() -> None:
+    # N in [8, 64], decay 0.96, window 6. Per round t: R = rho * 0.96^t enters W, s = (R -
+    # min W) / (max W - min W) (1 for one value), floor = clip(64 * 0.96^(t*t), 8, 64),
+    # N = int(clip(64 s, floor, 64)), then the raw rho enters W as well.
+    # t=1 rho=10: R=9.6, W=[9.6] -> s=1 -> 64.                           W=[9.6, 10]
+    # t=2 rho=20: R=18.432 is W's max -> s=1 -> 64.                       W=[.., 18.432, 20]
+    # t=3 rho=5: R=4.42368 is W's min -> s=0; floor 64*.96^9 = 44.322 -> 44.  W gets 5 (full)
+    # t=4 rho=50: R=42.467328 (9.6 drops out) is W's max -> s=1 -> 64.   W gets 50, 10 drops
+    # t=5 rho=20: R=16.307453952, W=[20, 4.42368, 5, 42.467328, 50, 16.307...] (18.432 out):
+    #     s = 11.883773952 / 45.57632 = .26074, 64 s = 16.69 < floor 64*.96^25 = 23.065 -> 23.
+    #     W gets 20 (the first 20 drops out): [4.42368, 5, 42.467328, 50, 16.307..., 20]
+    # t=6 rho=30: R=23.48273369 (4.42368 out), min 5, max 50: s = 18.48273369 / 45 = .41073,
+    #     64 s = 26.29 > floor 64*.96^36 = 14.72 -> 26.                  W gets 30, 5 drops
+    # t=7 rho=NaN: skipped, N stays 26, W unchanged.
+    # t=8 rho=1: R = .96^8 = .72139 is W's min -> s=0; floor 64*.96^64 = 4.69 -> 8.
+    scaler = make(NitroScaler, prototype_compat=True)
+    rhos = [10.0, 20.0, 5.0, 50.0, 20.0, 30.0, math.nan, 1.0]
+    got = run(scaler, rhos, key="hessian_ratio_prototype", current=16, n_min=8, n_max=64)
+    assert got == [64, 64, 44, 64, 23, 26, 26, 8]
+    # The same by its own name, and from the eigenvalues when the probe gives only those:
+    # with lambda_min = -0.99, -(lambda_max + .01) / (lambda_min - .01) = lambda_max + .01.
+    proto = make(PrototypeScaler)
+    assert run(proto, rhos, key="hessian_ratio_prototype", current=16, n_min=8,
+               n_max=64) == got
+    eigen = [{"lambda_max": rho - 0.01, "lambda_min": -0.99,
+              "hessian_ratio": 123.0}  # the regularised ratio is not the prototype's
+             for rho in rhos]
+    assert run_probes(make(PrototypeScaler), eigen, current=16, n_min=8, n_max=64) == got
 
 
-def test_nitro_is_capped_by_the_budget() -> None:
-    # Budget left 0.5; the last round cost 0.375 with 2 actors at 0.125: fixed part 0.125,
-    # so (0.5 - 0.125) / 0.125 = 3 actors at most.
+def run_probes(scaler: Any, probes: list[dict[str, float]], current: int, **kw: Any
+               ) -> list[int]:
+    """Like ``run``, with every probe value of each round given."""
+    history: list[RoundRecord] = []
+    out = []
+    for t, values in enumerate(probes, start=1):
+        history.append(rec(t, actors=current, probes=values))
+        current = scaler.decide(sctx(history, current=current, **kw))
+        out.append(current)
+    return out
+
+
+def test_nitro_prototype_window_without_spread_scores_flat() -> None:
+    # rho = 0 twice: W = [0, 0, 0] at t = 2 holds more than one value and no spread (0/0, the
+    # prototype crashed): score = flat_score, so N = 64 (1.0) or the floor 54.36 -> 54 (0.0).
+    assert run(make(NitroScaler, prototype_compat=True), [0.0, 0.0],
+               key="hessian_ratio_prototype", n_min=8, n_max=64) == [64, 64]
+    flat0 = make(NitroScaler, prototype_compat=True, flat_score=0.0)
+    assert run(flat0, [0.0, 0.0], key="hessian_ratio_prototype", n_min=8, n_max=64) == [64, 54]
+    assert flat0.last_detail["score"] == 0.0
+
+
+def test_nitro_guards_nan_and_infinite_signals() -> None:
+    scaler = make(NitroScaler, decay=1.0, window=3)
+    got = run(scaler, [1.0, math.inf, -math.inf, math.nan, 2.0], current=5, n_min=1, n_max=8)
+    # inf, -inf and NaN are skipped (N kept); the window holds only finite values.
+    assert got == [8, 8, 8, 8, 8]
+    assert list(scaler.window) == [1.0, 2.0]
+    # A spread wider than floats hold: (x - lo) / (hi - lo) would be inf / inf.
+    huge = make(NitroScaler, decay=1.0, window=3, flat_score=0.25)
+    huge.window.extend([-1.7e308, 1.7e308])
+    huge.window.append(1.7e308)
+    assert huge.score(1.7e308) == 0.25
+    assert all(math.isfinite(v) for v in scaler.last_detail.values())
+
+
+def test_adaptive_scalers_clip_to_the_allocators_answer() -> None:
+    # The kernel's budget allocator answers `affordable` from the cost model's one estimate;
+    # the scalers only clip to it (and record it), never compute their own.
     scaler = make(NitroScaler)
     history = [rec(1, actors=2, probes={"hessian_ratio": 1.0}, cost_usd=0.375)]
-    ctx = sctx(history, budget_left=0.5, per_actor=0.125)
+    ctx = sctx(history, budget_left=0.5, per_actor=0.125, affordable=3)
     assert budget_cap(ctx) == 3
     assert scaler.decide(ctx) == 3
-    assert scaler.last_detail["budget_cap"] == 3.0
-    # A budget that cannot pay for one actor still returns N_min (the engine then stops).
-    assert scaler.decide(sctx(history, budget_left=0.1, per_actor=0.125)) == 1
+    assert scaler.last_detail["budget_cap"] == 3.0 and scaler.last_detail["wanted"] == 16.0
+    # Nothing affordable: N_min (the allocator then stops the run).
+    assert scaler.decide(sctx(history, budget_left=0.1, per_actor=0.125, affordable=0)) == 1
     assert budget_cap(sctx(history, budget_left=None, per_actor=0.125)) is None
-    assert budget_cap(sctx(history, budget_left=1.0, per_actor=None)) is None
+    # Baselines that must keep their count are not clipped by the scaler itself.
+    assert make(FixedScaler).decide(sctx(history, affordable=1)) == 3
 
 
 # ---- baselines -------------------------------------------------------------------------------
@@ -194,6 +256,70 @@ def test_reward_slope() -> None:
     assert decide([100.0, None, 100.0]) == 4  # window not filled (a round without eval): hold
     assert decide([math.nan, 100.0, 100.0, 100.0]) == 5  # NaN skipped
     assert decide([0.0, 0.0, 0.0], current=16) == 16  # flat but already at N_max
+
+
+def test_decay_only_is_nitros_floor_alone() -> None:
+    # ceil(max(16 * .96^t, 1)): t=1 15.36 -> 16, t=2 14.75 -> 15, t=3 14.16 -> 15,
+    # t=10 16 * .66483 = 10.64 -> 11, t=80 16 * .03817 = .61 -> N_min 1. No probe is read.
+    scaler = make(DecayOnlyScaler)
+    got = [scaler.decide(sctx([rec(t)])) for t in (1, 2, 3, 10, 80)]
+    assert got == [16, 15, 15, 11, 1]
+    # The prototype's floor: int(clip(64 * .96^(t*t), 8, 64)): 61, 54, 44, 33, 23, 14, 8, 8.
+    proto = make(DecayOnlyScaler, prototype_compat=True)
+    got = [proto.decide(sctx([rec(t)], n_min=8, n_max=64)) for t in range(1, 9)]
+    assert got == [61, 54, 44, 33, 23, 14, 8, 8]
+    assert DecayOnlyScaler.adaptive is False
+
+
+def test_no_boost_computes_the_score_and_keeps_n() -> None:
+    # The prototype's score on the replay above, with N held at 16: the detail shows where the
+    # rule would have gone.
+    scaler = make(NoBoostScaler, count=16, prototype_compat=True)
+    got = run(scaler, [10.0, 20.0, 5.0], key="hessian_ratio_prototype", current=16, n_min=8,
+              n_max=64)
+    assert got == [16, 16, 16]
+    assert scaler.last_detail["score"] == 0.0 and scaler.last_detail["would_boost_to"] == 44.0
+
+
+def test_kungfu_follows_rises_of_the_noise_scale_and_updates_previous() -> None:
+    # t=1 GNS 100: N = 8, previous 100.   t=2 90 (no rise): 8.
+    # t=3 150: 8 * 150/100 = 12, previous 150.   t=4 200: 12 * 200/150 = 16 (the prototype,
+    # dividing by GNS_1 = 100 again, would give 24).   t=5 NaN: hold 16.   t=6 180: hold.
+    # t=7 1000: 16 * 1000/200 = 80 -> 64.   t=8 1200: 64 * 1.2 -> 64.   t=9 -5: hold 64.
+    scaler = make(KungfuScaler)
+    gns = [100.0, 90.0, 150.0, 200.0, math.nan, 180.0, 1000.0, 1200.0, -5.0]
+    assert run(scaler, gns, key="gns", current=16, n_min=8, n_max=64) == \
+        [8, 8, 12, 16, 16, 16, 64, 64, 64]
+    assert scaler.last_detail["skipped"] == 1.0 and scaler.previous == 1200.0
+
+
+def test_hydrozoa_doubles_every_ten_rounds() -> None:
+    # Round r = t + 1 runs 8 * 2^((r - 1) // 10): rounds 2-10 8, 11-20 16, 21-30 32, then 64.
+    scaler = make(HydrozoaScaler)
+    decide = {t: scaler.decide(sctx([rec(t)], n_min=8, n_max=64)) for t in range(1, 45)}
+    assert {decide[t] for t in range(1, 10)} == {8}
+    assert {decide[t] for t in range(10, 20)} == {16}
+    assert {decide[t] for t in range(20, 30)} == {32}
+    assert {decide[t] for t in range(30, 45)} == {64}
+
+
+@pytest.mark.parametrize(("name", "probe", "widened"), [
+    ("prototype", "hessian", True), ("no_boost", "hessian", False), ("kungfu", "gns", True),
+    ("decay_only", None, True), ("hydrozoa", None, True),
+])
+def test_baselines_get_their_probe_and_room(name: str, probe: str | None,
+                                            widened: bool) -> None:
+    from kernel.plan import load_plan
+
+    plan = load_plan("plans/hopper.toml", {"scaler.name": name})
+    base = load_plan("plans/hopper.toml")
+    names = [p["name"] for p in plan["probes"]]
+    if probe is None:
+        assert names == [p["name"] for p in base["probes"]]
+    else:
+        assert names[0] == probe and names.count(probe) == 1
+    count = plan["actors"]["count"]
+    assert plan["actors"]["max"] == (8 * count if widened else count)
 
 
 # ---- the engine keeps to its budget ----------------------------------------------------------

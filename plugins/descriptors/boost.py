@@ -10,7 +10,17 @@ AWS_COST_CONFIG = {
     "gb_s_usd": Field("float", None, "Price per GB-second (default: us-east-1 list, read "
                       "2026-11: x86_64 0.0000166667, arm64 0.0000133334).", min=0),
     "request_usd": Field("float", 0.2e-6, "Price per request (us-east-1, 2026-11).", min=0),
-    "learner_usd_per_hour": Field("float", 0.17, "Learner instance price per hour.", min=0),
+    "learner": Field("str", "cpu", "Learner instance price: 'cpu' (c7i.large, $0.08925/h), "
+                     "'gpu' (p3.2xlarge, $3.06/h; us-east-1, read 2026-11) or 'custom' "
+                     "(learner_usd_per_h).", choices=("cpu", "gpu", "custom")),
+    "learner_usd_per_h": Field("float", None, "Learner price per hour when learner = "
+                               "'custom'.", min=0),
+    "redis_usd_per_hour": Field("float", 0.016, "Redis node price per hour, billed when "
+                                "transport.kind = 'redis' (cache.t4g.micro, us-east-1, "
+                                "2026-11).", min=0),
+    "function_timeout_s": Field("float", None, "Function timeout a cancelled or timed-out "
+                                "invocation is billed up to (default: actors.timeout_s, else "
+                                "actors.deadline_s).", min=0, min_exclusive=True),
     "memory_mb": Field("int", None, "Function memory (default: actors.memory_mb or 1769).",
                        min=128, max=10240),
     "actors_kind": Field("str", "lambda", "Bill actors as Lambda invocations or as VMs "
@@ -19,9 +29,10 @@ AWS_COST_CONFIG = {
     "vm_startup_s": Field("float", 40.0, "Seconds a new VM takes to start (billed, and it "
                           "delays the round).", min=0),
     "actors_per_vm": Field("int", 4, "Actors one VM runs at once.", min=1),
-    "estimate_margin": Field("float", 1.5, "Safety factor on a round's estimated cost (the "
-                             "budget rule).", min=1),
-    "estimate_rounds": Field("int", 5, "Recent rounds whose worst case the estimate takes.",
+    "estimate_margin": Field("float", 1.2, "Factor on the upper envelope of recent rounds "
+                             "that makes a round's estimated cost (the budget allocator).",
+                             min=1),
+    "estimate_rounds": Field("int", 8, "Recent rounds the estimate's envelope is fitted on.",
                              min=1),
 }
 
@@ -49,6 +60,39 @@ NITRO_CONFIG = {
     "flat_score": Field("float", 1.0, "Score when the window has no spread (0/0).", min=0, max=1),
     "prototype_compat": Field("bool", False, "Reproduce the prototype's arithmetic."),
     "signal": Field("str", "hessian_ratio", "Probe value the score is built from."),
+}
+
+DECAY_ONLY_CONFIG = {
+    "decay": NITRO_CONFIG["decay"],
+    "prototype_compat": Field("bool", False, "Use the prototype's floor (decay^(t^2), "
+                              "truncated)."),
+}
+
+NO_BOOST_CONFIG = {
+    **NITRO_CONFIG,
+    "count": Field("int", None, "Actors every round (default actors.count).", min=1),
+}
+
+KUNGFU_CONFIG = {
+    "base": Field("int", None, "Actors from round 2 on, before any rise (default actors.min).",
+                  min=1),
+    "signal": Field("str", "gns", "Probe value to follow."),
+}
+
+HYDROZOA_CONFIG = {
+    "base": Field("int", None, "Actors before the first doubling (default actors.min).", min=1),
+    "every": Field("int", 10, "Rounds between doublings.", min=1),
+}
+
+PROTOTYPE_COST_CONFIG = {
+    "learner_usd_per_h": Field("float", 3.06, "The prototype's learner price per hour "
+                               "(p3.2xlarge).", min=0),
+    "actors_usd_per_h": Field("float", 0.68, "The prototype's price per hour for its actors.",
+                              min=0),
+    "charge_probe": Field("bool", False, "Charge the Hessian probe's time (the prototype did "
+                          "not)."),
+    "estimate_margin": AWS_COST_CONFIG["estimate_margin"],
+    "estimate_rounds": AWS_COST_CONFIG["estimate_rounds"],
 }
 
 GNS_SCALER_CONFIG = {
@@ -85,6 +129,21 @@ PLUGINS = [
     Plugin("nitro", "scaler", "plugins.scalers:NitroScaler",
            "The paper's Hessian-ratio boosting with a decaying floor and a budget cap.",
            config=NITRO_CONFIG, validator=ADAPTIVE),
+    Plugin("prototype", "scaler", "plugins.scalers:PrototypeScaler",
+           "The paper's prototype rule exactly (nitro with prototype_compat = true).",
+           config=NITRO_CONFIG, validator=ADAPTIVE),
+    Plugin("decay_only", "scaler", "plugins.scalers:DecayOnlyScaler",
+           "nitro's decaying floor without the curvature (the ablation).",
+           config=DECAY_ONLY_CONFIG, validator=ADAPTIVE),
+    Plugin("no_boost", "scaler", "plugins.scalers:NoBoostScaler",
+           "The paper's no-boost baseline: nitro's score computed, N kept at count.",
+           config=NO_BOOST_CONFIG, validator="plugins.scalers:validate_probe"),
+    Plugin("kungfu", "scaler", "plugins.scalers:KungfuScaler",
+           "KungFu: N grows with the gradient noise scale whenever it rises.",
+           config=KUNGFU_CONFIG, validator=ADAPTIVE),
+    Plugin("hydrozoa", "scaler", "plugins.scalers:HydrozoaScaler",
+           "Hydrozoa: actors.min doubled every 10 rounds.", config=HYDROZOA_CONFIG,
+           validator=ADAPTIVE),
     Plugin("gns", "scaler", "plugins.scalers:GnsScaler",
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
            config=GNS_SCALER_CONFIG, validator=ADAPTIVE),
@@ -101,6 +160,10 @@ PLUGINS = [
            "Gradient noise scale B_simple (McCandlish et al. 2018); reports gns.",
            config=GNS_CONFIG),
     Plugin("aws", "cost", "plugins.cost_aws:AwsCost",
-           "AWS Lambda GB-s + requests (or actor VMs), learner instance per hour.",
-           config=AWS_COST_CONFIG),
+           "Everything AWS bills: Lambda GB-s, requests, init, errors and cancelled calls (or "
+           "actor VMs); learner instance and Redis node per hour.",
+           config=AWS_COST_CONFIG, validator="plugins.cost_aws:validate"),
+    Plugin("prototype", "cost", "plugins.cost_prototype:PrototypeCost",
+           "The paper's prototype: round duration x ($3.06 + $0.68)/h, no Lambda GB-s.",
+           config=PROTOTYPE_COST_CONFIG),
 ]
