@@ -2,9 +2,10 @@
 
 Each benchmark runs what it measures as subprocesses (so start-up is part of what is measured and
 nothing leaks between measurements), prints a table with ratios measured in the same run, and
-writes ``perf/results/<name>.json`` that ``perf/run_all.py`` turns into ``perf/RESULTS.md``.
-Only stdlib here: the peer scripts import nothing from this module, and run_all may run before
-the project is installed.
+writes its raw rows to ``perf/results/<name>.json``, from which ``perf/render_results.py``
+renders ``perf/RESULTS.md``. ``NITRO_PERF_RESULTS`` points the results elsewhere (the quick
+check writes under ``runs/`` so it never replaces the published measurements). Only stdlib
+here: the peer scripts import nothing from this module.
 """
 
 from __future__ import annotations
@@ -12,19 +13,20 @@ from __future__ import annotations
 import json
 import os
 import platform
+import random
 import shlex
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 PERF = Path(__file__).resolve().parent
 ROOT = PERF.parent
-RESULTS = PERF / "results"
+RESULTS = Path(os.environ.get("NITRO_PERF_RESULTS") or PERF / "results")
 PY = sys.executable
 
 
@@ -76,6 +78,112 @@ def span(values: Sequence[float | None]) -> tuple[float, float] | None:
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b in (None, 0) else a / b
+
+
+def ok_rows(rows: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs that finished (a failed run keeps its row, with ``error``, but no numbers)."""
+    return [r for r in rows if "error" not in r]
+
+
+def by_seed(rows: Iterable[dict[str, Any]], key: str) -> dict[int, float]:
+    """seed -> the value of ``key`` in the finished runs that have one."""
+    return {r["seed"]: r[key] for r in ok_rows(rows) if r.get(key) is not None}
+
+
+def seed_list(seeds: Iterable[int]) -> str:
+    """Seeds as a reader scans them: runs of consecutive seeds collapse to ``a–b``."""
+    ordered, parts = sorted(set(seeds)), []
+    i = 0
+    while i < len(ordered):
+        j = i
+        while j + 1 < len(ordered) and ordered[j + 1] == ordered[j] + 1:
+            j += 1
+        parts.append(str(ordered[i]) if i == j else f"{ordered[i]}–{ordered[j]}")
+        i = j + 1
+    return ", ".join(parts) if parts else "none"
+
+
+def seed_ratio(ours: Iterable[dict[str, Any]], theirs: Iterable[dict[str, Any]], key: str,
+               names: tuple[str, str] = ("nitro", "peer"),
+               stat: Callable[[Sequence[float]], float] = statistics.median,
+               unit: str = "seeds") -> tuple[float | None, str | None]:
+    """``stat`` of ours over ``stat`` of theirs, or None and the reason it is refused.
+
+    Seeds differ in luck (CartPole's steps to 475 spread 8x between seeds), so a ratio over
+    two different seed sets measures the seeds as much as the libraries: it is refused unless
+    both sides finished the very same seeds."""
+    a, b = by_seed(ours, key), by_seed(theirs, key)
+    if not a or not b:
+        return None, f"{names[0] if not a else names[1]} has no {key} in its finished runs"
+    if set(a) != set(b):
+        return None, (f"{unit} differ: {names[0]} {seed_list(a)}, "
+                      f"{names[1]} {seed_list(b)}")
+    return ratio(stat(list(a.values())), stat(list(b.values()))), None
+
+
+def ratio_interval(ours: Iterable[dict[str, Any]], theirs: Iterable[dict[str, Any]], key: str,
+                   draws: int = 2000, seed: int = 0) -> tuple[float, float] | None:
+    """95% bootstrap interval of the ratio of medians, resampling seeds in pairs (the same
+    seed on both sides, as the runs were made); None unless both sides have the same seeds."""
+    a, b = by_seed(ours, key), by_seed(theirs, key)
+    if set(a) != set(b) or len(a) < 2:
+        return None
+    seeds = sorted(a)
+    rng = random.Random(seed)
+    boot = []
+    for _ in range(draws):
+        pick = rng.choices(seeds, k=len(seeds))
+        den = statistics.median(b[s] for s in pick)
+        if den:
+            boot.append(statistics.median(a[s] for s in pick) / den)
+    if not boot:
+        return None
+    boot.sort()
+    return boot[int(0.025 * (len(boot) - 1))], boot[int(round(0.975 * (len(boot) - 1)))]
+
+
+def ratio_text(ours: Iterable[dict[str, Any]], theirs: Iterable[dict[str, Any]], key: str,
+               names: tuple[str, str] = ("nitro", "peer"), unit: str = "seeds"
+               ) -> tuple[float | None, str]:
+    """The ratio of medians over the same seeds with its paired-bootstrap interval, as a
+    table cell (a dash and the reason when the seed sets differ), and the bare ratio."""
+    ours, theirs = list(ours), list(theirs)
+    value, reason = seed_ratio(ours, theirs, key, names, unit=unit)
+    if reason is not None:
+        return None, ratio_cell(None, reason)
+    ci = ratio_interval(ours, theirs, key)
+    return value, fmt(value) + ("" if ci is None else f" [{fmt(ci)}]")
+
+
+def ratio_cell(value: float | None, reason: str | None) -> str:
+    """A ratio for a table, or a visible dash with the reason it is missing."""
+    return fmt(value) if reason is None else f"— ({reason})"
+
+
+def bootstrap_interval(values: Sequence[float],
+                       stat: Callable[[Sequence[float]], float] = statistics.median,
+                       draws: int = 2000, level: float = 0.95, seed: int = 0
+                       ) -> tuple[float, float] | None:
+    """Percentile-bootstrap interval of ``stat`` over seeds (None below two values).
+
+    Seeded, so the page renders the same interval from the same rows every time."""
+    vals = [float(v) for v in values if v is not None]
+    if len(vals) < 2:
+        return None
+    rng = random.Random(seed)
+    boot = sorted(stat(rng.choices(vals, k=len(vals))) for _ in range(draws))
+    tail = (1.0 - level) / 2
+    return boot[int(tail * (draws - 1))], boot[int(round((1 - tail) * (draws - 1)))]
+
+
+def with_interval(values: Sequence[float | None], digits: int = 2) -> str:
+    """``median [lo–hi]`` with the 95% bootstrap interval of the median, for a table cell."""
+    vals = [v for v in values if v is not None]
+    if not vals:
+        return "—"
+    ci = bootstrap_interval(vals)
+    mid = fmt(statistics.median(vals), digits)
+    return mid if ci is None else f"{mid} [{fmt(ci, digits)}]"
 
 
 def fmt(value: Any, digits: int = 2) -> str:
@@ -146,14 +254,23 @@ def versions(python: str = PY, packages: Sequence[str] = (
         return {p: None for p in packages}
 
 
-def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Save one benchmark's result for run_all (with when, where and how it was measured)."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
+def write_result(name: str, result: dict[str, Any], results: Path | None = None) -> Path:
+    """Save one benchmark's raw result (with when, where, on what and how it was measured)."""
+    folder = results or RESULTS
+    folder.mkdir(parents=True, exist_ok=True)
     result = {"name": name, "when": now(), "command": command_line(), "machine": machine(),
-              **result}
-    path = RESULTS / f"{name}.json"
+              "versions": versions(), **result}
+    return _write_json(folder / f"{name}.json", result)
+
+
+def update_result(path: Path, changes: dict[str, Any]) -> Path:
+    """Add keys to a stored result (run_all marks a script that failed after writing one)."""
+    return _write_json(path, {**json.loads(path.read_text(encoding="utf-8")), **changes})
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> Path:
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2, default=str) + "\n", encoding="utf-8")
+    tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
 

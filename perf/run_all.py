@@ -1,126 +1,92 @@
-"""Run every benchmark in perf/ and regenerate ``perf/RESULTS.md`` (what ``make bench`` calls).
+"""Run every benchmark in perf/ and render ``perf/RESULTS.md`` from the results (``make bench``).
 
-Each ``perf/*.py`` script (except helpers) runs as its own subprocess with its defaults. A script
-that writes ``perf/results/<stem>.json`` with ``title`` and ``markdown`` gets that section in
-RESULTS.md; one that does not gets its stdout. The page starts with the machine (CPU model,
-cores, RAM, load), the versions and the commands, so numbers are never read without their context.
+Each ``perf/*.py`` script (except helpers) runs as its own subprocess with its defaults and
+writes its raw rows to ``perf/results/<stem>.json``; a script that writes no result file gets
+one holding its output, marked on the page as not re-checkable. The page is then rendered by
+``perf/render_results.py`` from the files alone.
 
-    python perf/run_all.py                 # everything, full size (long: includes the peers)
-    python perf/run_all.py --quick         # every script with --quick
+    python perf/run_all.py                 # everything, full size (hours: includes the peers)
+    python perf/run_all.py --quick         # every script with --quick, under 15 minutes; writes
+                                           # runs/bench-quick/ (results + RESULTS.md), never
+                                           # the published perf/results/
     python perf/run_all.py --only cartpole_time local_sps
-    python perf/run_all.py --collect       # only rebuild RESULTS.md from perf/results/*.json
+    python perf/run_all.py --collect       # only re-render RESULTS.md from perf/results/*.json
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import os
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import common as c
+import render_results as rr
 
 #: Modules in perf/ that are not benchmarks themselves.
-HELPERS = {"common", "run_all", "ppo_minimal"}
-#: Run order: quick, self-contained benchmarks first, the long peer comparison last.
-ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
-         "boost_vs_fixed", "load", "soak", "compare_peers"]
-OUT = c.PERF / "RESULTS.md"
+HELPERS = {"common", "run_all", "ppo_minimal", "render_results"}
+#: Scripts left out of ``--quick`` (``--only`` still runs them): the boosting study runs
+#: several simulated-cloud runs per scaler even at its smallest, and the soak is long by design.
+NOT_QUICK = {"boost_vs_fixed", "soak"}
+QUICK_DIR = c.ROOT / "runs" / "bench-quick"
 
 
 def scripts() -> list[str]:
     present = sorted(p.stem for p in c.PERF.glob("*.py") if p.stem not in HELPERS)
-    return [s for s in ORDER if s in present] + [s for s in present if s not in ORDER]
+    return [s for s in rr.ORDER if s in present] + [s for s in present if s not in rr.ORDER]
 
 
 def supports(script: str, flag: str) -> bool:
     return flag in (c.PERF / f"{script}.py").read_text(encoding="utf-8")
 
 
-def run_script(script: str, quick: bool, timeout: float) -> dict[str, Any]:
+def run_script(script: str, quick: bool, timeout: float, results: Path) -> dict[str, Any]:
+    """Run one benchmark; a failure or a script without a result file still leaves a file."""
     cmd = [c.PY, str(c.PERF / f"{script}.py")]
     if quick and supports(script, "--quick"):
         cmd.append("--quick")
-    result_file = c.RESULTS / f"{script}.json"
+    command = " ".join(["python", f"perf/{script}.py", *cmd[2:]])
+    result_file = results / f"{script}.json"
     result_file.unlink(missing_ok=True)  # a failed run must not leave an old result standing
-    c.log(f"run {' '.join(cmd[1:])}")
-    proc = c.run(cmd, timeout=timeout)
+    c.log(f"run {command}")
+    proc = c.run(cmd, timeout=timeout, env={"NITRO_PERF_RESULTS": str(results)})
     c.log(f"  rc={proc.rc} in {proc.process_s:.0f} s")
-    return {"script": script, "command": " ".join(["python", *cmd[1:]]), "rc": proc.rc,
-            "process_s": proc.process_s, "stdout": proc.stdout, "stderr": proc.stderr[-3000:]}
-
-
-def section(script: str, ran: dict[str, Any] | None) -> str:
-    path = c.RESULTS / f"{script}.json"
-    data = json.loads(path.read_text()) if path.exists() else None
-    if data is None and ran is None:
-        return ""
-    title = (data or {}).get("title", script)
-    lines = [f"## {title}", ""]
-    if data is not None:
-        m = data.get("machine", {})
-        # Sections are rewritten on whatever machine runs the next benchmark: each names its own.
-        lines += [f"`{data.get('command', script)}` — "
-                  f"{data.get('when', '?')}, "
-                  + (f"{m['cpu']} ({m.get('cores', '?')} cores), " if m.get("cpu") else "")
-                  + f"load average {m.get('loadavg')}"
-                  + (" (quick)" if data.get("quick") else ""), ""]
-        if data.get("versions"):
-            lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()),
-                      ""]
-    if data is not None and data.get("markdown"):
-        lines.append(data["markdown"])
-    elif ran is not None:
-        lines += [f"`{ran['command']}` (rc {ran['rc']}, {ran['process_s']:.0f} s)", "", "```",
-                  (ran["stdout"].strip() or ran["stderr"].strip())[-6000:], "```"]
-    if ran is not None and ran["rc"] != 0:
-        lines += ["", f"**Failed** (rc {ran['rc']}):", "", "```", ran["stderr"].strip(), "```"]
-    return "\n".join(lines) + "\n"
-
-
-def write_results(ran: dict[str, dict[str, Any]]) -> Path:
-    m = c.machine()
-    names = scripts() + sorted(p.stem for p in c.RESULTS.glob("*.json")
-                               if p.stem not in scripts())
-    body = [section(s, ran.get(s)) for s in names]
-    header = [
-        "# Nitro benchmarks",
-        "",
-        "Generated by `make bench` (`python perf/run_all.py`); each section says when it was "
-        "measured and the command that measured it. Ratios compare numbers measured in the same "
-        "run on the same machine; each section names the machine it was measured on.",
-        "",
-        f"This page was written on: {m['cpu']}, {m['cores']} cores, {m['ram_gib']} GiB RAM, {m['os']}, "
-        f"Python {m['python']}.",
-        f"Versions: {', '.join(f'{k} {v}' for k, v in c.versions().items())}.",
-        f"Page written {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.",
-        "",
-    ]
-    OUT.write_text("\n".join(header) + "\n" + "\n".join(b for b in body if b), encoding="utf-8")
-    return OUT
+    failed = ({"rc": proc.rc, "stderr": proc.stderr.strip()[-3000:]} if proc.rc != 0 else None)
+    if not result_file.exists():
+        c.write_result(script, {"title": script, "command": command, "quick": quick,
+                                "stdout": (proc.stdout.strip() or proc.stderr.strip())[-6000:],
+                                "failed": failed}, results=results)
+    elif failed:
+        c.update_result(result_file, {"failed": failed})
+    return {"script": script, "rc": proc.rc, "process_s": proc.process_s}
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="pass --quick to every script")
+    parser.add_argument("--quick", action="store_true",
+                        help="pass --quick to every script; results under runs/bench-quick/")
     parser.add_argument("--only", nargs="+", default=None, help="scripts to run (stems)")
     parser.add_argument("--skip", nargs="+", default=[], help="scripts not to run")
     parser.add_argument("--collect", action="store_true",
-                        help="run nothing; rebuild RESULTS.md from perf/results/")
+                        help="run nothing; re-render RESULTS.md from perf/results/")
     parser.add_argument("--timeout", type=float, default=7200.0, help="per script, seconds")
     args = parser.parse_args()
+    results = QUICK_DIR / "results" if args.quick else c.RESULTS
+    out = QUICK_DIR / "RESULTS.md" if args.quick else rr.OUT
+    results.mkdir(parents=True, exist_ok=True)
 
-    ran: dict[str, dict[str, Any]] = {}
+    ran: list[dict[str, Any]] = []
     if not args.collect:
-        todo = [s for s in scripts() if (args.only is None or s in args.only)
-                and s not in args.skip]
+        skip = set(args.skip) | (NOT_QUICK if args.quick and args.only is None else set())
+        todo = [s for s in scripts() if (args.only is None or s in args.only) and s not in skip]
+        timeout = min(args.timeout, 600.0) if args.quick else args.timeout
         for script in todo:
-            ran[script] = run_script(script, args.quick, args.timeout)
-    path = write_results(ran)
-    failed = [s for s, r in ran.items() if r["rc"] != 0]
-    print(f"wrote {path.relative_to(c.ROOT)}"
+            ran.append(run_script(script, args.quick, timeout, results))
+    os.environ["NITRO_PERF_RESULTS"] = str(results)
+    out.write_text(rr.page(rr.load_results(results)), encoding="utf-8")
+    failed = [r["script"] for r in ran if r["rc"] != 0]
+    print(f"wrote {Path(out).resolve().relative_to(c.ROOT)}"
           + (f"; failed: {', '.join(failed)}" if failed else ""))
     return 1 if failed else 0
 
