@@ -12,6 +12,8 @@ because Stable-Baselines3 readers take ``train/`` to mean losses.
 
 from __future__ import annotations
 
+import importlib.util
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -163,3 +165,23 @@ def learner_markdown_table() -> str:
 
 def _code(text: str | None) -> str:
     return "-" if text is None else f"`{text}`"
+
+
+def tracker_values(event: ev.RoundFinished, *, started_ts: float | None = None,
+                   round_cost_usd: float | None = None,
+                   scale: ev.ScaleDecided | None = None) -> dict[str, float]:
+    """A round as the flat ``{key: number}`` trackers log: the keys of ``ROUND_METRICS``, the
+    learner's metrics and the other probe values under their own keys; finite numbers only."""
+    values: dict[str, Any] = {**event.probes, **event.metrics}
+    values.update(round_values(event, started_ts=started_ts, round_cost_usd=round_cost_usd,
+                               scale=scale))
+    return {key: float(value) for key, value in values.items()
+            if isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value)}
+
+
+def require_extra(module: str, extra: str) -> None:
+    """Refuse, in one line naming the install command, a plugin whose optional library is
+    missing: at plan validation, before any actor starts."""
+    if importlib.util.find_spec(module) is None:
+        raise ValueError(f"{module} is not installed: pip install 'nitro-rl[{extra}]'")

@@ -29,4 +29,20 @@ PLUGINS = [
                        "str", "nitro", "Scalar names: nitro (group/key, keys as in the CSV), "
                        "sb3 (rollout/ep_rew_mean, time/fps, train/ losses) or cleanrl "
                        "(charts/episodic_return, charts/SPS, losses/).", choices=TAG_STYLES)}),
+    Plugin("wandb", "sink", "plugins.sinks_wandb:WandbSink",
+           "Rounds to Weights & Biases, the resolved plan as config (extra: nitro-rl[wandb]).",
+           validator="plugins.sinks_wandb:check",
+           config={"project": Field("str", "nitro", "W&B project."),
+                   "entity": Field("str", None, "W&B team or user (unset: the default one)."),
+                   "group": Field("str", None, "W&B group, e.g. to gather a study's seeds."),
+                   "tags": Field("list[str]", [], "W&B tags."),
+                   "mode": Field("str", None, "online, offline or disabled (unset: "
+                                 "WANDB_MODE, else online when logged in).",
+                                 choices=("online", "offline", "disabled"))}),
+    Plugin("mlflow", "sink", "plugins.sinks_mlflow:MlflowSink",
+           "Rounds as MLflow metrics, the plan as parameters (extra: nitro-rl[mlflow]).",
+           validator="plugins.sinks_mlflow:check",
+           config={"tracking_uri": Field("str", None, "MLflow tracking URI (unset: a file "
+                                         "store in <run_dir>/mlruns)."),
+                   "experiment": Field("str", "nitro", "MLflow experiment name.")}),
 ]
