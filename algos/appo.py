@@ -28,22 +28,18 @@ import numpy as np
 import torch
 from torch import nn
 
-from algos.core import LearnerCore, set_learning_rate
-from algos.impala import forward_sequences, make_sequence_batch
-from algos.ppo import explained_variance
-from algos.vtrace import vtrace
+from algos.vtrace import (
+    VTraceConfig,
+    VTraceCore,
+    forward_sequences,
+    make_sequence_batch,
+    sequence_forward,
+    vtrace_loss,
+)
 
 
 @dataclass
-class APPOConfig:
-    learning_rate: float = 5e-4
-    """the learning rate of the optimizer (the value at progress 0)"""
-    gamma: float = 0.99
-    """the discount factor gamma"""
-    rho_bar: float = 1.0
-    """V-trace's truncation of the importance weights rho (value targets and pg advantages)"""
-    c_bar: float = 1.0
-    """V-trace's truncation of the trace-cutting weights c"""
+class APPOConfig(VTraceConfig):
     num_minibatches: int = 4
     """the number of mini-batches per epoch (each a set of whole env sequences)"""
     update_epochs: int = 4
@@ -54,20 +50,6 @@ class APPOConfig:
     """the surrogate clipping coefficient (RLlib's clip_param)"""
     target_update_freq: int = 1
     """refresh the target network every this many updates (batches), before the update"""
-    ent_coef: float = 0.01
-    """coefficient of the entropy"""
-    vf_coef: float = 0.5
-    """coefficient of the value function"""
-    max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping"""
-    anneal_lr: bool = True
-    """toggle learning rate annealing: lr = (1 - progress) * learning_rate"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
-    activation: str = "tanh"
-    """activation of the MLPs ("tanh" or "relu")"""
-    adam_eps: float = 1e-5
-    """Adam's epsilon"""
 
 
 def appo_loss(
@@ -81,18 +63,9 @@ def appo_loss(
     `mb["target_logprobs"]` are the target network's logprobs of the actions (fixed during an
     update); values and the bootstrap come from the current model, without gradient in V-trace.
     """
-    newlogprob, entropy, newvalue, bootstrap_value = forward_sequences(model, mb, params)
-    mb_logprobs, mb_target_logprobs = mb["logprobs"].T, mb["target_logprobs"].T  # [T, b]
-    vs, pg_advantages = vtrace(
-        mb_logprobs,
-        mb_target_logprobs,
-        mb["rewards"].T,
-        newvalue.detach(),
-        bootstrap_value.detach(),
-        mb["discounts"].T,
-        rho_bar=config.rho_bar,
-        c_bar=config.c_bar,
-    )
+    mb_target_logprobs = mb["target_logprobs"].T  # [T, b]
+    f = sequence_forward(model, mb, config, params, mb_target_logprobs)
+    newlogprob, mb_logprobs = f.newlogprob, f.behaviour_logprobs
     is_ratio = torch.clamp((mb_logprobs - mb_target_logprobs).exp(), 0.0, 2.0)
     ratio = is_ratio * (newlogprob - mb_logprobs).exp()
     logratio = (newlogprob - mb_target_logprobs).detach()
@@ -101,7 +74,7 @@ def appo_loss(
     approx_kl = ((logratio.exp() - 1) - logratio).mean()
     clipfrac = ((ratio.detach() - 1.0).abs() > config.clip_coef).float().mean()
 
-    mb_advantages = pg_advantages
+    mb_advantages = f.pg_advantages
     if config.norm_adv:
         mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
 
@@ -110,28 +83,19 @@ def appo_loss(
     pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - config.clip_coef, 1 + config.clip_coef)
     pg_loss = torch.max(pg_loss1, pg_loss2).mean()
 
-    # Value loss
-    v_loss = 0.5 * ((newvalue - vs) ** 2).mean()
-
-    entropy_loss = entropy.mean()
-    loss = pg_loss - config.ent_coef * entropy_loss + v_loss * config.vf_coef
-    behaviour_ratio = (mb_target_logprobs - mb_logprobs).exp()
-    parts = {
-        "pg_loss": pg_loss.detach(),
-        "v_loss": v_loss.detach(),
-        "entropy_loss": entropy_loss.detach(),
+    # Value loss and entropy bonus: `vtrace_loss`
+    return vtrace_loss(pg_loss, f, config, {
         "approx_kl": approx_kl,
         "clipfrac": clipfrac,
-        "rho_mean": behaviour_ratio.mean(),
-        "rho_clipfrac": (behaviour_ratio > config.rho_bar).float().mean(),
-        "vs": vs,
-        "newvalue": newvalue.detach(),
-    }
-    return loss, parts
+    })
 
 
-class APPO(LearnerCore):
+class APPO(VTraceCore):
     """The learner core: owns the model, its target copy and the optimiser; no I/O."""
+
+    config: APPOConfig
+    config_class = APPOConfig
+    averaged_parts = ("clipfrac",)
 
     def __init__(
         self,
@@ -143,7 +107,6 @@ class APPO(LearnerCore):
         if config.target_update_freq < 1:
             raise ValueError(f"target_update_freq must be >= 1, got {config.target_update_freq}")
         super().__init__(spaces, config, device)
-        self.config: APPOConfig
         self.target_model = copy.deepcopy(self.model).requires_grad_(False)
         self.updates = 0
 
@@ -175,39 +138,8 @@ class APPO(LearnerCore):
         """`appo_loss` with this learner's model and config (for probes)."""
         return appo_loss(self.model, mb, self.config, params)
 
-    def update(self, rollout: dict[str, np.ndarray], progress: float) -> dict[str, float]:
-        """Refresh the target when due, then K epochs of clipped-surrogate SGD; diagnostics."""
-        c = self.config
-        lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
-        if self.updates % c.target_update_freq == 0:
+    def before_update(self) -> None:
+        """Refresh the target network when due (every `target_update_freq` updates)."""
+        if self.updates % self.config.target_update_freq == 0:
             self.target_model.load_state_dict(self.model.state_dict())
         self.updates += 1
-        b = self.make_batch(rollout)
-        num_envs = b["rewards"].shape[0]
-
-        # ALGO LOGIC: clipped surrogate on V-trace advantages
-        self.model.train()
-        clipfracs: list[float] = []
-        for _epoch in range(c.update_epochs):
-            b_inds = torch.randperm(num_envs, device=self.device)
-            for mb_inds in torch.tensor_split(b_inds, min(c.num_minibatches, num_envs)):
-                mb = {k: v[mb_inds] for k, v in b.items()}
-                loss, parts = appo_loss(self.model, mb, c)
-                clipfracs.append(parts["clipfrac"].item())
-
-                self.sgd_step(loss, c.max_grad_norm)
-
-        return {
-            "learning_rate": float(lrnow),
-            "loss": loss.item(),
-            "v_loss": parts["v_loss"].item(),
-            "pg_loss": parts["pg_loss"].item(),
-            "entropy": parts["entropy_loss"].item(),
-            "approx_kl": parts["approx_kl"].item(),
-            "clipfrac": float(np.mean(clipfracs)),
-            "rho_mean": parts["rho_mean"].item(),
-            "rho_clipfrac": parts["rho_clipfrac"].item(),
-            "explained_variance": explained_variance(
-                parts["newvalue"].cpu().numpy(), parts["vs"].cpu().numpy()
-            ),
-        }

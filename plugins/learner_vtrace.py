@@ -23,25 +23,25 @@ def _config(ctx: PluginContext) -> dict[str, Any]:
     return cfg
 
 
-def make_impala(ctx: PluginContext) -> OnPolicyLearner:
-    import torch
-
-    from algos.impala import IMPALA, IMPALAConfig
-
-    torch.manual_seed(ctx.seed)
-    spaces = describe(_env_spec(ctx.plan))
-    core = IMPALA(spaces, IMPALAConfig(**_config(ctx)),
-                  device=resolve_device(ctx.plan["run"]["device"]))
-    return OnPolicyLearner(ctx, core, spaces, ctx.name)
-
-
-def make_appo(ctx: PluginContext) -> OnPolicyLearner:
+def make_vtrace(ctx: PluginContext, algo: str) -> OnPolicyLearner:
+    """The learner of V-trace algorithm `algo` ("impala" or "appo"): its core, seeded, on the
+    plan's device, inside the on-policy shell."""
     import torch
 
     from algos.appo import APPO, APPOConfig
+    from algos.impala import IMPALA, IMPALAConfig
 
+    core_class, config_class = {"impala": (IMPALA, IMPALAConfig), "appo": (APPO, APPOConfig)}[algo]
     torch.manual_seed(ctx.seed)
     spaces = describe(_env_spec(ctx.plan))
-    core = APPO(spaces, APPOConfig(**_config(ctx)),
-                device=resolve_device(ctx.plan["run"]["device"]))
+    core = core_class(spaces, config_class(**_config(ctx)),
+                      device=resolve_device(ctx.plan["run"]["device"]))
     return OnPolicyLearner(ctx, core, spaces, ctx.name)
+
+
+def make_impala(ctx: PluginContext) -> OnPolicyLearner:
+    return make_vtrace(ctx, "impala")
+
+
+def make_appo(ctx: PluginContext) -> OnPolicyLearner:
+    return make_vtrace(ctx, "appo")
