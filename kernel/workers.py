@@ -34,20 +34,29 @@ log = structlog.get_logger("kernel.workers")
 
 
 class WorkerFailed(Exception):
-    def __init__(self, reason: str, detail: str = ""):
+    """The call did not complete: ``reason`` is ``timeout``, ``worker_died``, ``closed`` or
+    ``bad_request`` (the event cannot cross the pipe; no worker was taken for it).
+    ``duration_ms`` is how long the call held a worker: a platform bills that time."""
+
+    def __init__(self, reason: str, detail: str = "", *, duration_ms: float = 0.0):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+        self.duration_ms = duration_ms
 
 
 class HandlerError(Exception):
-    """The handler raised: carries the error type and message as Lambda reports them."""
+    """The handler raised: carries the error type and message as Lambda reports them, and how
+    long the handler ran (a function error is billed for its duration)."""
 
-    def __init__(self, error_type: str, message: str, trace: list[str]):
+    def __init__(self, error_type: str, message: str, trace: list[str], *,
+                 duration_ms: float = 0.0, init_ms: float | None = None):
         super().__init__(f"{error_type}: {message}")
         self.error_type = error_type
         self.message = message
         self.trace = trace
+        self.duration_ms = duration_ms
+        self.init_ms = init_ms
 
 
 @dataclass
@@ -79,6 +88,20 @@ class CallResult:
     payload: bytes | None
     duration_ms: float
     worker: int
+    #: Set on a worker's first call only: its set-up time (imports, initializer), which Lambda
+    #: reports as ``Init Duration`` on a cold start.
+    init_ms: float | None = None
+
+
+def pack_event(event: Any) -> bytes:
+    """The event as it crosses the pipe; ``WorkerFailed("bad_request")`` when msgpack cannot
+    carry it (an integer beyond 64 bits, nesting past msgpack's limit, a non-JSON type).
+
+    Callers check this before taking a worker, so a hostile event never holds one."""
+    try:
+        return msgpack.packb(event, use_bin_type=True)
+    except (OverflowError, ValueError, TypeError, RecursionError) as exc:
+        raise WorkerFailed("bad_request", f"event cannot be packed: {exc}") from None
 
 
 def _resolve(target: str) -> Callable[..., Any]:
@@ -91,11 +114,13 @@ def _worker_main(
     learner_pid: int,
 ) -> None:
     """Body of a worker process: serve calls until the pipe closes."""
+    started = time.perf_counter()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent turns Ctrl-C into a clean stop
     _watch_learner(learner_pid)
     os.environ.update(env)  # e.g. a Redis password, as a function's environment would hold
     if initializer:
         _resolve(initializer)()
+    init_ms: float | None = (time.perf_counter() - started) * 1000
     functions: dict[str, Callable[..., Any]] = {}
     attachment: tuple[str | None, bytes | None] = (None, None)
     while True:
@@ -130,14 +155,15 @@ def _worker_main(
                 "trace": traceback.format_exception(exc)[-6:],
             }
         reply["duration_ms"] = (time.perf_counter() - start) * 1000
+        reply["init_ms"], init_ms = init_ms, None
         try:
             conn.send_bytes(msgpack.packb(reply, use_bin_type=True, default=_plain))
         except (BrokenPipeError, OSError):
             return
-        except TypeError as exc:
+        except (TypeError, OverflowError, ValueError) as exc:
             err = {"ok": False, "error_type": "TypeError",
                    "message": f"handler result is not JSON-like: {exc}", "trace": [],
-                   "duration_ms": reply["duration_ms"]}
+                   "duration_ms": reply["duration_ms"], "init_ms": reply["init_ms"]}
             conn.send_bytes(msgpack.packb(err, use_bin_type=True))
 
 
@@ -256,14 +282,45 @@ class WorkerPool:
         attachment_tag: str | None = None,
     ) -> CallResult:
         """Run ``target(event, context)`` in a warm worker; raise ``WorkerFailed`` or
-        ``HandlerError``. ``timeout_s`` covers waiting for a free worker too."""
+        ``HandlerError``. ``timeout_s`` covers waiting for a free worker too.
+
+        Whatever happens, the worker taken for the call goes back to the pool or is replaced
+        by a fresh one: a pool that loses workers wedges every later call."""
         if self._closed:
             raise WorkerFailed("closed", "worker pool is closed")
+        pack_event(event)  # refuse what cannot cross the pipe before it takes a worker
         deadline = time.monotonic() + timeout_s
         try:
             _, worker = await asyncio.wait_for(self._idle.get(), timeout_s)
         except TimeoutError:
-            raise WorkerFailed("timeout", "no free worker before the deadline") from None
+            raise WorkerFailed("timeout", "no free worker before the deadline",
+                               duration_ms=timeout_s * 1000) from None
+        t0 = time.perf_counter()
+        reusable = False
+        try:
+            raw = await self._exchange(worker, target, event, request_id, deadline, function,
+                                       memory_mb, attachment, attachment_tag, timeout_s, t0)
+            reusable = True
+        finally:
+            if reusable:
+                worker.attachment_tag = attachment_tag
+                worker.calls += 1
+                self._idle.put_nowait((worker.id, worker))
+            else:
+                # The pipe may still hold a reply nobody will read: never reuse this worker.
+                await asyncio.shield(self._replace(worker))
+        reply = msgpack.unpackb(raw, raw=False)
+        if not reply["ok"]:
+            raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []),
+                               duration_ms=reply["duration_ms"], init_ms=reply.get("init_ms"))
+        return CallResult(reply["result"], reply.get("payload"), reply["duration_ms"], worker.id,
+                          init_ms=reply.get("init_ms"))
+
+    async def _exchange(self, worker: _Worker, target: str, event: dict[str, Any],
+                        request_id: str, deadline: float, function: str, memory_mb: int,
+                        attachment: bytes | None, attachment_tag: str | None, timeout_s: float,
+                        t0: float) -> bytes:
+        """Send one request to ``worker`` and wait for its reply (raw msgpack bytes)."""
         send_attachment = attachment if worker.attachment_tag != attachment_tag else None
         request = {
             "target": target,
@@ -277,27 +334,16 @@ class WorkerPool:
         }
         try:
             worker.conn.send_bytes(msgpack.packb(request, use_bin_type=True))
-            raw = await self._receive(worker, deadline - time.monotonic())
+            return await self._receive(worker, deadline - time.monotonic())
         except TimeoutError:
             log.warning("worker_killed", worker=worker.id, request_id=request_id, reason="timeout")
-            await self._replace(worker)
-            raise WorkerFailed("timeout", f"no reply within {timeout_s:.1f}s") from None
+            raise WorkerFailed("timeout", f"no reply within {timeout_s:.1f}s",
+                               duration_ms=(time.perf_counter() - t0) * 1000) from None
         except (EOFError, OSError, BrokenPipeError) as exc:
             code = worker.process.exitcode
             log.warning("worker_died", worker=worker.id, request_id=request_id, exitcode=code)
-            await self._replace(worker)
-            raise WorkerFailed("worker_died", f"exit code {code}: {exc!r}") from None
-        except asyncio.CancelledError:
-            # The reply would arrive on a pipe nobody reads: this worker cannot be reused.
-            await asyncio.shield(self._replace(worker))
-            raise
-        worker.attachment_tag = attachment_tag
-        worker.calls += 1
-        self._idle.put_nowait((worker.id, worker))
-        reply = msgpack.unpackb(raw, raw=False)
-        if not reply["ok"]:
-            raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []))
-        return CallResult(reply["result"], reply.get("payload"), reply["duration_ms"], worker.id)
+            raise WorkerFailed("worker_died", f"exit code {code}: {exc!r}",
+                               duration_ms=(time.perf_counter() - t0) * 1000) from None
 
     async def _receive(self, worker: _Worker, timeout: float) -> bytes:
         loop = asyncio.get_running_loop()
@@ -324,6 +370,12 @@ class WorkerPool:
             with contextlib.suppress(Exception):
                 worker.conn.close()
         await asyncio.to_thread(_join_all, workers)
+
+    def dead_workers(self) -> list[int]:
+        """Exit codes of workers that are no longer running (a preload or initializer that
+        fails kills its worker before the first call)."""
+        return [w.process.exitcode for w in self._workers.values()
+                if w.process.exitcode is not None]
 
     def pids(self) -> list[int]:
         return [w.process.pid for w in self._workers.values() if w.process.pid]

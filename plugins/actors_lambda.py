@@ -18,16 +18,29 @@ signed HTTP request each, never a process. What AWS does and how it is handled h
 - ``Event`` (202) returns a receipt with ``ok=True`` and no duration: the real receipt rides in
   the batch the function pushes to the transport. ``RequestResponse`` returns the handler's JSON
   receipt, or ``X-Amz-Function-Error`` with the error type and message.
+- ``RequestResponse`` asks for ``LogType=Tail``: the ``REPORT`` line in ``X-Amz-Log-Result`` holds
+  what AWS bills (``Duration``, ``Billed Duration``, and on a cold start ``Init Duration``, which
+  AWS bills for image functions). A function error or timeout is billed for its duration too,
+  so a failure carries those numbers as well (``duration_ms``, ``billed_ms``, ``init_ms``
+  attributes of the ``InvocationFailed``).
+- The Region is the plan's ``actors.region`` when set, else the AWS configuration's
+  (``AWS_REGION``, ``AWS_DEFAULT_REGION``, the profile), else us-east-1.
+- ``preflight`` checks, before round 1 and within a few seconds, that the function can be
+  reached, with a ``DryRun`` invoke (Lambda checks the function and the caller's permission
+  and runs nothing).
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import math
 import random
+import time
 from typing import Any
+from urllib.parse import urlsplit
 
 import structlog
 from aiobotocore.session import get_session
@@ -41,7 +54,8 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt
+from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
+from plugins.billed_failure import failed
 
 log = structlog.get_logger("plugins.actors_lambda")
 
@@ -51,13 +65,43 @@ SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 #: The SDK waits this much longer than the function may run before it calls a reply lost.
 READ_TIMEOUT_MARGIN_S = 30.0
 INVOCATION_TYPES = {"event": "Event", "request_response": "RequestResponse"}
+#: The Region when neither the plan nor the AWS configuration names one.
+FALLBACK_REGION = "us-east-1"
+#: How long ``preflight`` may take before it calls the function unreachable.
+PREFLIGHT_S = 5.0
+
+
+def resolve_region(session: Any, configured: str | None) -> str:
+    """The plan's Region, else what the AWS configuration says (``AWS_REGION``,
+    ``AWS_DEFAULT_REGION``, the profile in ``AWS_CONFIG_FILE``), else us-east-1."""
+    return configured or session.get_config_variable("region") or FALLBACK_REGION
+
+
+def parse_report(log_result: str | None) -> dict[str, float]:
+    """The ``REPORT`` line of a base64 ``LogResult``: ``{"Duration": ms, "Billed Duration": ms,
+    "Init Duration": ms, ...}``; empty when there is none."""
+    if not log_result:
+        return {}
+    try:
+        text = base64.b64decode(log_result).decode(errors="replace")
+    except ValueError:
+        return {}
+    report = next((line for line in reversed(text.splitlines())
+                   if line.startswith("REPORT RequestId:")), "")
+    out: dict[str, float] = {}
+    for part in report.split("\t")[1:]:
+        key, _, value = part.partition(":")
+        number = _float(value.strip().removesuffix("ms").removesuffix("MB").strip())
+        if number is not None:
+            out[key.strip()] = number
+    return out
 
 
 class LambdaBackend:
     def __init__(self, ctx: PluginContext):
         cfg = ctx.config
         self.function = str(cfg.get("function", "nitro-actor"))
-        self.region = str(cfg.get("region", "us-east-1"))
+        self.region: str | None = cfg.get("region")
         self.endpoint_url: str | None = cfg.get("endpoint_url")
         self.invocation_type = INVOCATION_TYPES[cfg.get("invocation", "request_response")]
         self.concurrency = int(cfg.get("concurrency", 64))
@@ -82,10 +126,13 @@ class LambdaBackend:
             "lambda_timeouts": 0,
             "lambda_lost_replies": 0,
             "lambda_duplicates_sent": 0,
+            "lambda_events_refused": 0,
         }
 
     async def start(self, ctx: PluginContext) -> None:
         session = get_session()
+        # Never a hard-coded Region: AWS_REGION and profiles must win over our fallback.
+        self.region = resolve_region(session, self.region)
         config = Config(
             region_name=self.region,
             # Our own loop retries (with deadlines and counts); the SDK must never re-send.
@@ -110,6 +157,39 @@ class LambdaBackend:
         await self._stack.aclose()
         self.client = None
 
+    async def preflight(self) -> None:
+        """Raise ``Unreachable`` (one line with a hint) within ``PREFLIGHT_S`` when the function
+        cannot be reached. Runs nothing: a TCP connect to a custom endpoint, then a ``DryRun``
+        invoke, which Lambda answers after checking the function and the caller's rights."""
+        if self.client is None:
+            raise RuntimeError("lambda backend preflight before start()")
+        where = (f"the Lambda endpoint at {self.endpoint_url}" if self.endpoint_url
+                 else f"AWS Lambda in {self.region}")
+        hint = (" — is `nitro lambda serve` running?" if self.endpoint_url
+                else " — check the network and the Region (actors.region, AWS_REGION)")
+        try:
+            async with asyncio.timeout(PREFLIGHT_S):
+                if self.endpoint_url:
+                    await _tcp_probe(self.endpoint_url)
+                await self.client.invoke(FunctionName=self.function, InvocationType="DryRun",
+                                         Payload=b"{}")
+        except TimeoutError:
+            raise Unreachable(f"cannot reach {where} within {PREFLIGHT_S:.0f} s{hint}") from None
+        except (OSError, EndpointConnectionError, ConnectTimeoutError, ReadTimeoutError,
+                ConnectionClosedError) as exc:
+            raise Unreachable(f"cannot reach {where} ({type(exc).__name__}){hint}") from None
+        except NoCredentialsError:
+            raise Unreachable("no AWS credentials found for the lambda backend — set "
+                              "AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY") from None
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code", "")
+            if code == "ResourceNotFoundException":
+                raise Unreachable(f"function {self.function!r} not found at {where} — deploy it "
+                                  "with `nitro lambda deploy` or set actors.function") from None
+            raise Unreachable(f"{where} refused a DryRun invoke of {self.function!r}: "
+                              f"{code}: {_message(exc)}") from None
+        log.info("lambda_preflight_ok", function=self.function, where=where)
+
     def counters(self) -> dict[str, Any]:
         """Backend-side counts, merged into ``summary.json`` (prefixed: the coordinator owns
         ``invocations``, ``throttles`` and ``retries``)."""
@@ -132,20 +212,26 @@ class LambdaBackend:
                     return await self._invoke_with_retries(invocation, payload, attempt)
         except TimeoutError:
             self._counts["lambda_timeouts"] += 1
-            raise InvocationFailed(invocation.request_id, "deadline", attempts=attempt.sent,
-                                   throttles=attempt.throttles) from None
+            # The function may still be running on AWS, billed until it ends: the caller only
+            # knows how long it waited since the last send.
+            waited = (time.perf_counter() - attempt.sent_at) * 1000 if attempt.sent_at else 0.0
+            raise failed(invocation.request_id, "deadline", attempts=attempt.sent,
+                         throttles=attempt.throttles, duration_ms=waited,
+                         cancelled=attempt.sent_at is not None) from None
 
     async def _invoke_with_retries(self, invocation: Invocation, payload: bytes,
                                    attempt: _Attempts) -> Receipt:
         rid = invocation.request_id
         while True:
             attempt.sent += 1
+            attempt.sent_at = time.perf_counter()
             self._counts["lambda_requests"] += 1
             retry_after: float | None = None
+            tail = {"LogType": "Tail"} if self.invocation_type == "RequestResponse" else {}
             try:
                 response = await self.client.invoke(
                     FunctionName=self.function, InvocationType=self.invocation_type,
-                    Payload=payload,
+                    Payload=payload, **tail,
                 )
                 body = await response["Payload"].read()
             except ClientError as exc:
@@ -206,21 +292,29 @@ class LambdaBackend:
             await self._maybe_duplicate(payload)
             return Receipt(request_id=rid, ok=True, version=invocation.version,
                            attempts=attempt.sent, throttles=attempt.throttles, accepted_only=True)
+        report = parse_report(response.get("LogResult"))
         function_error = response.get("FunctionError")
         if function_error:
             self._counts["lambda_function_errors"] += 1
             error_type, message = _function_error(body)
+            if error_type == "EventRefused":
+                self._counts["lambda_events_refused"] += 1
             log.warning("function_error", request_id=rid, kind=function_error,
                         error_type=error_type, message=message[:300])
-            raise InvocationFailed(rid, f"{error_type}: {message}", attempts=attempt.sent,
-                                   throttles=attempt.throttles)
+            duration = report.get("Duration", 0.0)
+            raise failed(rid, f"{error_type}: {message}", attempts=attempt.sent,
+                         throttles=attempt.throttles, duration_ms=duration,
+                         billed_ms=int(report.get("Billed Duration", math.ceil(duration))),
+                         init_ms=report.get("Init Duration", 0.0))
         try:
             r = json.loads(body)
+            duration = report.get("Duration", float(r.get("duration_ms", 0.0)))
             return Receipt(
                 request_id=rid, ok=True, version=int(r.get("version", invocation.version)),
                 env_steps=int(r.get("env_steps", 0)), episodes=int(r.get("episodes", 0)),
-                duration_ms=float(r.get("duration_ms", 0.0)),
-                billed_ms=math.ceil(float(r.get("duration_ms", 0.0))),
+                duration_ms=duration,
+                billed_ms=int(report.get("Billed Duration", math.ceil(duration))),
+                init_ms=report.get("Init Duration", 0.0),
                 cold_start=bool(r.get("cold_start", False)),
                 bytes_pushed=int(r.get("bytes_pushed", 0)),
                 attempts=attempt.sent, throttles=attempt.throttles,
@@ -242,11 +336,23 @@ class LambdaBackend:
 
 
 class _Attempts:
-    __slots__ = ("sent", "throttles")
+    __slots__ = ("sent", "sent_at", "throttles")
 
     def __init__(self) -> None:
         self.sent = 0
         self.throttles = 0
+        #: ``perf_counter`` of the last send, None before the first.
+        self.sent_at: float | None = None
+
+
+async def _tcp_probe(url: str) -> None:
+    """Open and close a TCP connection to the endpoint's host and port."""
+    parts = urlsplit(url)
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    _, writer = await asyncio.open_connection(parts.hostname, port)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
 
 
 def _float(value: Any) -> float | None:

@@ -15,8 +15,15 @@ from typing import Any
 
 import structlog
 
-from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt
+from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
 from kernel.workers import HandlerError, WorkerFailed, WorkerPool, default_worker_count
+from plugins.actor_contract import (
+    ENV_MODULES_VAR,
+    REFUSED_ERROR,
+    plan_env_modules,
+    refusal_reason,
+)
+from plugins.billed_failure import failed
 
 log = structlog.get_logger("plugins.actors_local")
 
@@ -29,6 +36,7 @@ class LocalBackend:
     def __init__(self, ctx: PluginContext):
         cfg = ctx.config
         self.transport = ctx.transport
+        self.env_modules = plan_env_modules(ctx.plan.get("env", {}))
         self.workers = cfg["workers"] or default_worker_count()
         self.timeout_s = float(cfg.get("timeout_s") or cfg["deadline_s"])
         self.retries = int(cfg.get("retries", 1))
@@ -40,17 +48,32 @@ class LocalBackend:
         self._sim_warm_pool = 0
         self._inline = self.transport.public_spec().get("kind") == "inline"
         self.pool: WorkerPool | None = None
-        self._counts = {"worker_deaths": 0, "worker_kills": 0, "handler_errors": 0}
+        self._counts: dict[str, Any] = {"worker_deaths": 0, "worker_kills": 0,
+                                        "handler_errors": 0, "events_refused": {}}
 
     async def start(self, ctx: PluginContext) -> None:
-        # Secrets the actors need (a Redis password) reach workers as their environment, the
-        # way a Lambda function gets them: never inside an event.
+        # What the actors may use (the Redis URL, password and TLS policy; the env modules the
+        # plan validated) reaches workers as their environment, the way a Lambda function gets
+        # it: never from an event.
         environment = getattr(self.transport, "actor_environment", None)
+        env = dict(environment() if environment else {})
+        env[ENV_MODULES_VAR] = ",".join(self.env_modules)
         self.pool = WorkerPool(self.workers, preload=PRELOAD,
                                initializer="plugins.handler:init_worker", name="nitro-actor",
-                               env=environment() if environment else {})
+                               env=env)
         await self.pool.start()
         log.info("local_pool_started", workers=self.workers, simulate=self.simulate)
+
+    async def preflight(self) -> None:
+        """Raise ``Unreachable`` when the warm workers did not survive their start (a broken
+        preload or initializer kills them before any invocation). Invokes nothing."""
+        if self.pool is None:
+            raise RuntimeError("local backend preflight before start()")
+        dead = self.pool.dead_workers()
+        if dead:
+            raise Unreachable(f"{len(dead)} of {self.workers} local actor workers exited at "
+                              f"start-up (exit codes {sorted(set(dead))}) — run `python -c "
+                              "'import plugins.handler'` to see why")
 
     async def invoke(self, invocation: Invocation) -> Receipt:
         assert self.pool is not None
@@ -76,21 +99,28 @@ class LocalBackend:
                 # already used up the deadline.
                 if exc.reason == "worker_died" and attempts <= self.retries:
                     continue
-                raise InvocationFailed(invocation.request_id, exc.reason,
-                                       attempts=attempts) from None
+                raise failed(invocation.request_id, exc.reason, attempts=attempts,
+                             duration_ms=exc.duration_ms,
+                             billed_ms=math.ceil(exc.duration_ms)) from None
             except HandlerError as exc:
                 self._counts["handler_errors"] += 1
+                if exc.error_type == REFUSED_ERROR:
+                    refused = self._counts["events_refused"]
+                    reason = refusal_reason(exc.message)
+                    refused[reason] = refused.get(reason, 0) + 1
                 log.warning("handler_error", request_id=invocation.request_id,
                             error=str(exc), trace="".join(exc.trace[-2:]))
-                raise InvocationFailed(invocation.request_id, f"handler: {exc}",
-                                       attempts=attempts) from None
+                # A function error is billed for its duration, as AWS bills it.
+                raise failed(invocation.request_id, f"handler: {exc}", attempts=attempts,
+                             duration_ms=exc.duration_ms, billed_ms=math.ceil(exc.duration_ms),
+                             init_ms=exc.init_ms or 0.0) from None
         r = result.result
         return Receipt(
             request_id=invocation.request_id, ok=True, version=int(r["version"]),
             env_steps=int(r["env_steps"]), episodes=int(r["episodes"]),
             duration_ms=float(r["duration_ms"]), billed_ms=math.ceil(r["duration_ms"]),
             cold_start=bool(r["cold_start"]), bytes_pushed=int(r.get("bytes_pushed", 0)),
-            attempts=attempts, payload=result.payload,
+            attempts=attempts, payload=result.payload, init_ms=result.init_ms or 0.0,
         )
 
     def simulated_actor_s(self, receipts: Sequence[Receipt]) -> float:
@@ -105,7 +135,7 @@ class LocalBackend:
         return self.invoke_latency_s + slowest + (self.cold_start_s if cold else 0.0)
 
     def counters(self) -> dict[str, Any]:
-        return dict(self._counts)
+        return {**self._counts, "events_refused": dict(self._counts["events_refused"])}
 
     async def close(self) -> None:
         if self.pool is not None:

@@ -25,7 +25,10 @@ def register(sub: Any) -> None:
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (loopback only unless --allow-remote)")
+    parser.add_argument("--allow-remote", action="store_true",
+                        help="allow a non-loopback --host: the endpoint checks no signatures")
     parser.add_argument("--port", type=int, default=9001)
     parser.add_argument("--function", default="nitro-actor", help="function name served")
     # dest differs from "handler": set_defaults(handler=...) names the sub-command's function.
@@ -40,13 +43,23 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preload", default=None,
                         help="comma-separated modules the forkserver imports once")
     parser.add_argument("--initializer", default=None, help="module:function run per worker")
+    parser.add_argument("--max-queued-events", type=int, default=256,
+                        help="Event invocations queued or running at once; more get 429")
+    parser.add_argument("--max-queued-mb", type=float, default=64.0,
+                        help="bodies of queued Event invocations, in MiB; more get 429")
+    parser.add_argument("--plan", default=None,
+                        help="the learner's plan: its env.id module and env.imports become the "
+                             "modules an event may import (NITRO_ENV_MODULES)")
+    parser.add_argument("--env-modules", default=None,
+                        help="comma-separated modules an event's env may import")
 
 
 def add_deploy_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--image-uri", required=True, help="ECR image URI (repo:tag or @digest)")
     parser.add_argument("--role", required=True, help="execution role ARN of the function")
     parser.add_argument("--function", default="nitro-actor")
-    parser.add_argument("--region", default="us-east-1")
+    parser.add_argument("--region", default=None,
+                        help="AWS Region (default: AWS_REGION or the profile's, else us-east-1)")
     parser.add_argument("--memory-mb", type=int, default=1769)
     parser.add_argument("--timeout-s", type=int, default=300)
     parser.add_argument("--architecture", default="x86_64", choices=("x86_64", "arm64"))

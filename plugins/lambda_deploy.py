@@ -21,6 +21,8 @@ from aiobotocore.session import get_session
 from botocore.config import Config
 from botocore.exceptions import ClientError
 
+from plugins.actors_lambda import resolve_region
+
 log = structlog.get_logger("plugins.lambda_deploy")
 
 
@@ -29,7 +31,8 @@ class DeploySpec:
     image_uri: str
     role: str
     function: str = "nitro-actor"
-    region: str = "us-east-1"
+    #: None: the AWS configuration's Region (AWS_REGION, the profile), else us-east-1.
+    region: str | None = None
     memory_mb: int = 1769
     timeout_s: int = 300
     architecture: str = "x86_64"
@@ -53,9 +56,10 @@ class DeploySpec:
 async def deploy(spec: DeploySpec) -> dict[str, Any]:
     """Create or update the function; return its final configuration (as Lambda reports it)."""
     spec.check()
-    config = Config(region_name=spec.region, retries={"total_max_attempts": 5,
-                                                      "mode": "standard"})
-    kwargs: dict[str, Any] = {"region_name": spec.region, "config": config}
+    session = get_session()
+    region = resolve_region(session, spec.region)
+    config = Config(region_name=region, retries={"total_max_attempts": 5, "mode": "standard"})
+    kwargs: dict[str, Any] = {"region_name": region, "config": config}
     if spec.endpoint_url:
         kwargs["endpoint_url"] = spec.endpoint_url
     settings = {
@@ -65,7 +69,7 @@ async def deploy(spec: DeploySpec) -> dict[str, Any]:
         "Environment": {"Variables": dict(spec.env)},
         "Description": "Nitro actor function (plugins.handler.handler)",
     }
-    async with get_session().create_client("lambda", **kwargs) as client:
+    async with session.create_client("lambda", **kwargs) as client:
         try:
             await client.get_function(FunctionName=spec.function)
             exists = True

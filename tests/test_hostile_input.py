@@ -345,19 +345,22 @@ def test_endpoint_bad_json(function_endpoint: Endpoint) -> None:
         assert headers["x-amzn-ErrorType"] == "InvalidRequestContentException"
 
 
-@pytest.mark.parametrize(("event", "words"), [
-    ({"hello": "world"}, "missing 'run_id'"),
-    (_event(version=-3), "version must be >= 0"),
-    (_event(steps=10**9), "out of range"),
-    (_event(seed="1"), "'seed' has type str"),
-    ([1, 2, 3], "must be a JSON object"),
-    (_event(transport={"kind": "pickle"}), "unknown transport kind"),
+@pytest.mark.parametrize(("event", "words", "reason"), [
+    ({"hello": "world"}, "missing 'run_id'", "bad_event"),
+    (_event(version=-3), "version must be >= 0", "bad_event"),
+    (_event(steps=10**9), "out of range", "bounds"),
+    (_event(seed="1"), "'seed' has type str", "bad_event"),
+    ([1, 2, 3], "must be a JSON object", "bad_event"),
+    (_event(transport={"kind": "pickle"}), "unknown transport kind", "transport"),
 ])
 def test_the_function_refuses_malformed_events(function_endpoint: Endpoint, event: Any,
-                                               words: str) -> None:
+                                               words: str, reason: str) -> None:
+    before = function_endpoint.stats()["refused"].get(reason, 0)
     status, headers, body = _post(function_endpoint, json.dumps(event).encode())
     assert status == 200  # a function error, as Lambda reports it
     assert headers["X-Amz-Function-Error"] == "Unhandled"
     error = json.loads(body)
-    assert error["errorType"] == "ValueError"
+    assert error["errorType"] == "EventRefused"  # a ValueError, named for what it is
+    assert error["errorMessage"].startswith(f"{reason}: ")
     assert words in error["errorMessage"]
+    assert function_endpoint.stats()["refused"][reason] == before + 1

@@ -9,7 +9,8 @@ from kernel.schema import Field, PlanError
 
 LAMBDA_CONFIG = {
     "function": Field("str", "nitro-actor", "Function name (or ARN) to invoke."),
-    "region": Field("str", "us-east-1", "AWS Region of the function."),
+    "region": Field("str", None, "AWS Region of the function (default: AWS_REGION or the "
+                    "profile's Region, else us-east-1)."),
     "endpoint_url": Field("str", None, "Invoke endpoint, e.g. http://127.0.0.1:9001 for "
                           "'python -m kernel lambda serve' (default: AWS)."),
     "invocation": Field("str", "request_response", "Invocation type.",
