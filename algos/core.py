@@ -16,6 +16,8 @@ from torch import nn, optim
 from algos.flat import FlatParameters
 from algos.nets import ActorCritic
 
+Rollout = dict[str, np.ndarray]
+
 #: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
 MIN_LEARNING_RATE = 1e-10
 
@@ -50,6 +52,8 @@ class LearnerCore:
         # The optimiser's own zero_grad() would drop the flat gradient and leave the views'
         # gradients accumulating; a core that steps by hand must get the buffer's zeroing.
         self.optimizer.zero_grad = self.flat.zero_grad  # type: ignore[method-assign,assignment]
+        #: The last update's rollout and the batch parts its model made (see `probe_batch`).
+        self.optimised: tuple[Rollout, dict[str, torch.Tensor]] | None = None
 
     def make_optimizer(self) -> optim.Optimizer:
         """Adam, as PPO, IMPALA and APPO use; a core with another optimiser overrides this.
@@ -74,6 +78,30 @@ class LearnerCore:
             k: v.detach().to("cpu", torch.float32).clone().numpy()
             for k, v in self.model.state_dict().items()
         }
+
+    # ---- the batch, and what probes see of it -------------------------------------------------
+    def make_batch(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """The rollout as the tensors the loss takes (the subclass's algorithm)."""
+        raise NotImplementedError
+
+    def probe_batch(self, rollout: Rollout) -> dict[str, torch.Tensor]:
+        """The batch a probe differentiates after the update: the one the update optimised.
+
+        `make_batch(rollout)` here, right for a core whose batch does not depend on the model;
+        a core whose batch does (PPO's decoupled proximal policy) overrides this with what it
+        kept through `remember_optimised`, since rebuilding after the update would measure the
+        updated model against itself (a PPO ratio of exactly 1)."""
+        return self.make_batch(rollout)
+
+    def remember_optimised(self, rollout: Rollout, parts: dict[str, torch.Tensor]) -> None:
+        """Keep the model-made `parts` of the batch the update is about to optimise."""
+        self.optimised = (rollout, parts)
+
+    def optimised_parts(self, rollout: Rollout) -> dict[str, torch.Tensor] | None:
+        """The kept parts if `rollout` is the very object the last update was given, else None
+        (identity, not equality: comparing whole rollouts would cost a copy's worth of time)."""
+        kept = self.optimised
+        return kept[1] if kept is not None and kept[0] is rollout else None
 
     # ---- one optimiser step -----------------------------------------------------------------
     def sgd_step(self, loss: torch.Tensor, max_grad_norm: float) -> float:

@@ -24,6 +24,11 @@ from algos.core import LearnerCore, set_learning_rate
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
+#: Batch entries made by the model (or from its outputs) rather than read from the rollout:
+#: what a probe after the update needs as the update saw them. `logprobs` is the proximal
+#: policy's when decoupled (the behaviour policy's otherwise, then equal to the rollout's).
+MODEL_PARTS = ("logprobs", "is_weights", "advantages", "returns", "values")
+
 
 @dataclass
 class PPOConfig:
@@ -185,24 +190,34 @@ class PPO(LearnerCore):
         self.config: PPOConfig
 
     # ---- learning ---------------------------------------------------------------------------
-    def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
-        """GAE on the [T, B] rollout, then flatten to the batch [T * B] on the learner's device."""
-        c = self.config
-
-        def flat(x: np.ndarray, start: int = 2) -> torch.Tensor:
-            x = np.asarray(x)
-            return torch.as_tensor(x.reshape(-1, *x.shape[start:]).copy(), device=self.device)
-
+    def batch_inputs(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """What the batch takes from the rollout alone: `obs`, `actions` and the behaviour
+        `logprobs`, flattened to [T * B] on the learner's device (no model involved)."""
         obs = np.asarray(rollout["obs"])
         if obs.dtype != np.uint8:
             obs = obs.astype(np.float32, copy=False)
         actions = np.asarray(rollout["actions"])
         actions = actions.astype(np.int64 if self.model.discrete else np.float32, copy=False)
-        b = {
-            "obs": flat(obs),
-            "actions": flat(actions),
-            "logprobs": flat(np.asarray(rollout["logprobs"], dtype=np.float32)),
+        return {
+            "obs": self._flat(obs),
+            "actions": self._flat(actions),
+            "logprobs": self._flat(np.asarray(rollout["logprobs"], dtype=np.float32)),
         }
+
+    def _flat(self, x: np.ndarray) -> torch.Tensor:
+        x = np.asarray(x)
+        return torch.as_tensor(x.reshape(-1, *x.shape[2:]).copy(), device=self.device)
+
+    def make_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """GAE on the [T, B] rollout, then flatten to the batch [T * B] on the learner's device.
+
+        With `decoupled` the batch depends on the model it is made with (the proximal policy's
+        logprobs and the critic's values): `update` keeps those parts, and `probe_batch` hands
+        them back, because after the update this method would rebuild them from the new model.
+        """
+        c = self.config
+        flat = self._flat
+        b = self.batch_inputs(rollout)
         values = np.asarray(rollout["values"], dtype=np.float32)
         last_values = np.asarray(rollout["last_values"], dtype=np.float32)
         if c.decoupled:
@@ -239,6 +254,14 @@ class PPO(LearnerCore):
         """`ppo_loss` with this learner's model and config (for probes)."""
         return ppo_loss(self.model, mb, self.config, params)
 
+    def probe_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
+        """The batch the last update optimised when `rollout` is the one it was given (the
+        model-made parts as they were, the inputs rebuilt), else `make_batch(rollout)`."""
+        kept = self.optimised_parts(rollout)
+        if kept is None:
+            return self.make_batch(rollout)
+        return {**self.batch_inputs(rollout), **kept}
+
     def update(
         self,
         rollout: dict[str, np.ndarray],
@@ -254,7 +277,9 @@ class PPO(LearnerCore):
         # Annealing the rate if instructed to do so.
         lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
 
+        self.optimised = None  # the last round's parts are stale now; free them first
         b = self.make_batch(rollout)
+        self.remember_optimised(rollout, {k: v for k, v in b.items() if k in MODEL_PARTS})
         batch_size = b["obs"].shape[0]
 
         # ALGO LOGIC: optimizing the policy and value network

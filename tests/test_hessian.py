@@ -11,9 +11,21 @@ import numpy as np
 import pytest
 import torch
 
-from algos.hessian import density_summary, flat_hvp_fn, hessian_ratio, lanczos
+from algos.hessian import (
+    basis_plan,
+    density_summary,
+    flat_hvp_fn,
+    hessian_ratio,
+    hessian_ratio_prototype,
+    lanczos,
+)
+from algos.policy import ActorPolicy
 from algos.ppo import PPO, PPOConfig
+from envs import Sampler, describe
 from kernel.roles import PluginContext, ProbeContext
+from kernel.schema import validate_table
+from plugins.descriptors.boost import HESSIAN_CONFIG
+from plugins.learner import ROLLOUT_KEYS
 from plugins.probe_hessian import HessianProbe
 
 BOX = {
@@ -87,14 +99,82 @@ def test_lanczos_on_tiny_operator_stops_at_its_dimension() -> None:
     assert (result.lambda_min, result.lambda_max) == (pytest.approx(-2.0), pytest.approx(1.0))
 
 
-def test_hessian_ratio_guards() -> None:
-    assert hessian_ratio(4.0, -2.0) == 2.0
-    assert hessian_ratio(4.0, 2.0) == -2.0  # positive definite: computed, negative
-    assert math.isnan(hessian_ratio(4.0, 0.0))
-    assert math.isnan(hessian_ratio(4.0, -1e-9))  # numerically zero against lambda_max
-    assert math.isnan(hessian_ratio(math.nan, -1.0))
+def test_regularised_ratio_is_finite_bounded_and_rises_into_the_convex_side() -> None:
+    eps = 1e-2
+    # Clearly resolved negative curvature: the paper's -lambda_max / lambda_min, to ~eps.
+    assert hessian_ratio(4.0, -2.0, eps) == pytest.approx(2.0, rel=2 * eps)
+    assert hessian_ratio(10.0, -1.0, eps) == pytest.approx(10.0, rel=20 * eps)
+    # Scale-free: a Hessian times c > 0 has the same rho.
+    assert hessian_ratio(400.0, -200.0, eps) == pytest.approx(hessian_ratio(4.0, -2.0, eps))
+    # From indefinite through lambda_min = 0 into convex: finite, below 1/eps, and rising all
+    # the way (no explosion at 0 and no sign flip past it).
+    lam_mins = [-4.0, -1.0, -0.1, -1e-3, -1e-9, 0.0, 1e-9, 1e-3, 0.1, 1.0, 4.0]
+    rhos = [hessian_ratio(4.0, m, eps) for m in lam_mins]
+    assert all(math.isfinite(r) and 0 < r <= 1 / eps for r in rhos), rhos
+    assert all(b > a for a, b in zip(rhos, rhos[1:], strict=False)), rhos
+    assert rhos[-1] == pytest.approx(1 / eps, rel=1e-6)  # the most convex: the top of the scale
+    # Concave and empty spectra read low, never NaN.
+    assert hessian_ratio(-1.0, -4.0, eps) < 0
+    assert hessian_ratio(0.0, 0.0, eps) == 0.0
+    assert math.isnan(hessian_ratio(math.nan, -1.0))  # nothing measured
     assert math.isnan(hessian_ratio(1.0, math.inf))
-    assert math.isnan(hessian_ratio(0.0, 0.0))
+
+
+def test_prototype_ratio_is_the_prototype_formula() -> None:
+    assert hessian_ratio_prototype(4.0, -2.0) == pytest.approx(-(4.01) / (-2.01))
+    assert hessian_ratio_prototype(4.0, 0.0) == pytest.approx(401.0)  # explodes near 0
+    assert hessian_ratio_prototype(4.0, 1.0) < 0  # and flips sign for a convex round
+    assert math.isnan(hessian_ratio_prototype(4.0, 0.01))  # 0 denominator: no crash, NaN
+    assert math.isnan(hessian_ratio_prototype(math.nan, -1.0))
+
+
+def spiked_spectrum(n: int, seed: int) -> torch.Tensor:
+    """{100, 40, 10, -0.05} and a bulk in U(-0.03, 0.03): lambda_min 2,000 times smaller than
+    lambda_max, and only 0.02 from the bulk."""
+    rng = np.random.default_rng(seed)
+    return torch.as_tensor(np.concatenate([[100.0, 40.0, 10.0, -0.05],
+                                           rng.uniform(-0.03, 0.03, n - 4)]))
+
+
+def test_lanczos_converges_a_small_lambda_min_on_its_own_scale() -> None:
+    # Diagonal: a Gaussian start vector makes Lanczos blind to the eigenbasis, so a rotated
+    # matrix would behave the same in distribution at 2000 times the cost per product.
+    # (A stop test relative to the largest Ritz value stops here after 8 steps with rho
+    # between 2,100 and 3,700 depending on the start vector.)
+    n = 2000
+    spectrum = spiked_spectrum(n, 0)
+    steps = []
+    for seed in range(10):
+        result = lanczos(lambda v: spectrum * v, n, tol=1e-2,
+                         generator=torch.Generator().manual_seed(seed))
+        rho = -result.lambda_max / result.lambda_min
+        assert result.converged
+        assert rho == pytest.approx(2000.0, rel=0.05), (seed, result.lambda_min, result.steps)
+        assert hessian_ratio(result.lambda_max, result.lambda_min) == pytest.approx(
+            hessian_ratio(100.0, -0.05), rel=0.05)
+        steps.append(result.steps)
+    assert max(steps) <= 40, steps  # a converged run, not a 100-step one
+
+
+def test_lanczos_basis_stays_within_its_memory_cap_on_a_cnn_sized_problem() -> None:
+    # The Nature CNN actor-critic of an Atari run: ~1.7 M parameters. Uncapped, 100 float64
+    # basis vectors would take 1.35 GB; capped at 64 MiB the basis is float32 and shorter.
+    from algos.ppo import PPO as _PPO
+
+    pixels = {"obs_shape": [4, 84, 84], "obs_dtype": "uint8",
+              "action": {"kind": "discrete", "n": 6}}
+    dim = sum(p.numel() for p in _PPO(pixels).model.parameters())
+    assert dim > 1_500_000
+    cap = 64 * 2**20
+    assert basis_plan(dim, 100, cap)[1] == torch.float32
+    spectrum = torch.linspace(-0.5, 0.5, dim, dtype=torch.float32)
+    spectrum[0], spectrum[-1] = -2.0, 8.0
+    result = lanczos(lambda v: spectrum * v, dim, max_steps=100, tol=1e-2,
+                     generator=torch.Generator().manual_seed(0), max_basis_bytes=cap)
+    assert result.basis_bytes <= cap
+    assert result.steps <= cap // (4 * dim)
+    assert result.lambda_max == pytest.approx(8.0, rel=1e-2)
+    assert result.lambda_min == pytest.approx(-2.0, rel=1e-2)
 
 
 class FakeLearner:
@@ -122,8 +202,11 @@ def ppo_rollout(t: int, e: int, rng: np.random.Generator) -> dict[str, np.ndarra
 
 
 def make_probe(**config: Any) -> HessianProbe:
-    ctx = PluginContext(name="hessian", config={"name": "hessian", "every": 1, **config},
-                        plan={}, run_id="t", run_dir=None, seed=0, bus=None)
+    """The probe as a plan builds it: the descriptor's defaults filled in."""
+    cfg = validate_table("probes.0", {"name": "hessian", "every": 1, **config}, HESSIAN_CONFIG,
+                         allow_extra=True)
+    ctx = PluginContext(name="hessian", config=cfg, plan={}, run_id="t", run_dir=None, seed=0,
+                        bus=None)
     return HessianProbe(ctx)
 
 
@@ -143,7 +226,10 @@ def test_probe_matches_dense_hessian_of_ppo_loss() -> None:
 
     assert values["lambda_max"] == pytest.approx(lam_max, rel=1e-3, abs=1e-5)
     assert values["lambda_min"] == pytest.approx(lam_min, rel=1e-3, abs=1e-5)
-    assert values["hessian_ratio"] == pytest.approx(-lam_max / lam_min, rel=1e-2)
+    assert values["hessian_ratio"] == pytest.approx(hessian_ratio(lam_max, lam_min), rel=1e-2)
+    assert values["hessian_ratio_prototype"] == pytest.approx(
+        hessian_ratio_prototype(lam_max, lam_min), rel=1e-2)
+    assert values["hessian_converged"] == 1.0 and values["hessian_samples"] == 96
     assert 1 <= values["lanczos_steps"] <= 200
     assert "density_negative_weight" in values
     # The probe works on copies: the model is untouched.
@@ -155,3 +241,62 @@ def test_probe_without_an_update_reports_nothing() -> None:
     learner = FakeLearner(PPO(BOX, PPOConfig(hidden_sizes=(4,))), {})
     learner.last_rollout = None  # type: ignore[assignment]
     assert make_probe().measure(ProbeContext(round=1, learner=learner, batches=[], seed=0)) == {}
+
+
+HOPPER = {"id": "Hopper-v5", "num_envs": 2, "normalize_obs": True, "normalize_reward": True,
+          "gamma": 0.99}
+
+
+def test_probe_differentiates_the_loss_the_update_optimised() -> None:
+    # A real Hopper rollout and a real decoupled update. Rebuilding the batch afterwards would
+    # take the proximal log-probabilities from the updated model: a PPO ratio of exactly 1,
+    # where the clip never acts and the curvature is not the optimised loss's.
+    torch.manual_seed(0)
+    core = PPO(describe(HOPPER), PPOConfig(update_epochs=4, num_minibatches=4))
+    assert core.config.decoupled
+    policy = ActorPolicy(core.actor_spec())
+    policy.load(core.weights())
+    with Sampler(HOPPER, seed=0) as sampler:
+        sampled = sampler.sample(policy, 128)
+    rollout = {k: sampled[k] for k in ROLLOUT_KEYS}
+    optimised = core.make_batch(rollout)  # what the update builds, before it moves the model
+    core.update(rollout, progress=0.0)
+
+    learner = FakeLearner(core, rollout)
+    at = make_probe(samples=0).loss_at(ProbeContext(round=1, learner=learner, batches=[],
+                                                    seed=0))
+    assert at is not None
+    loss_fn, params, batch = at
+    for k, v in optimised.items():
+        torch.testing.assert_close(batch[k], v, msg=k)
+    with torch.no_grad():
+        _, parts = core.loss(batch, params)
+        ratio_gap = (core.model(batch["obs"], batch["actions"])[1] - batch["logprobs"]).abs()
+    assert float(ratio_gap.max()) > 1e-3 and parts["approx_kl"].item() > 1e-6
+    # The probe's loss is the learner's loss on the data it optimised, at the new parameters.
+    torch.testing.assert_close(loss_fn(params), core.loss(optimised, params)[0])
+    torch.testing.assert_close(loss_fn(params), core.loss(optimised)[0])
+
+
+def test_probe_reports_every_value_each_round_from_a_warm_start() -> None:
+    torch.manual_seed(0)
+    core = PPO(describe(HOPPER), PPOConfig(update_epochs=1, num_minibatches=4))
+    policy = ActorPolicy(core.actor_spec())
+    probe = make_probe(samples=192)
+    with Sampler(HOPPER, seed=1) as sampler:
+        for round_number in (1, 2):
+            policy.load(core.weights())
+            sampled = sampler.sample(policy, 128)
+            rollout = {k: sampled[k] for k in ROLLOUT_KEYS}
+            core.update(rollout, progress=0.0)
+            values = probe.measure(ProbeContext(round=round_number,
+                                                learner=FakeLearner(core, rollout),
+                                                batches=[], seed=round_number))
+            assert set(values) == {"hessian_ratio", "hessian_ratio_prototype", "lambda_max",
+                                   "lambda_min", "lanczos_steps", "hessian_converged",
+                                   "hessian_samples"}
+            assert all(math.isfinite(v) for v in values.values()), values
+            assert values["hessian_converged"] == 1.0 and values["hessian_samples"] == 192
+            assert values["lambda_min"] < 0 < values["lambda_max"]
+            assert values["hessian_ratio"] == pytest.approx(
+                hessian_ratio(values["lambda_max"], values["lambda_min"]))

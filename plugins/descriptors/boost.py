@@ -40,11 +40,25 @@ AWS_COST_CONFIG = {
 ADAPTIVE = "plugins.scalers:validate_adaptive"
 
 HESSIAN_CONFIG = {
-    "samples": Field("int", 2048, "Batch samples the Hessian is taken on (0: all).", min=0),
-    "max_steps": Field("int", 100, "Most Lanczos steps.", min=2, max=1000),
+    "samples": Field("int", 2048, "Batch samples the Hessian is taken on, drawn at random from "
+                     "the round's batch (0: all).", min=0),
+    "max_steps": Field("int", 100, "Most Lanczos steps (fewer when the basis would exceed "
+                       "basis_mb).", min=2, max=1000),
     "min_steps": Field("int", 8, "Fewest Lanczos steps before the convergence test.", min=1),
-    "tol": Field("float", 1e-2, "Residual of both extreme Ritz pairs, relative to the largest "
-                 "Ritz value, that stops Lanczos.", min=0, min_exclusive=True),
+    "tol": Field("float", 1e-2, "Lanczos stops when each extreme Ritz pair's residual is below "
+                 "tol times its own Ritz value (or times floor x the largest, if more).",
+                 min=0, min_exclusive=True),
+    "floor": Field("float", 1e-3, "Fraction of the largest Ritz value below which an extreme "
+                   "counts as zero for its convergence test.", min=0, min_exclusive=True,
+                   max=1),
+    "rho_eps": Field("float", 1e-2, "Regularisation of hessian_ratio: negative curvature below "
+                     "this fraction of lambda_max counts as none; the ratio stays under 1/rho_eps "
+                     "and rises, not flips sign, for a convex round.", min=0,
+                     min_exclusive=True, max=1),
+    "basis_mb": Field("float", 256.0, "Memory cap of the Lanczos basis (float64 while it fits, "
+                      "else float32 and fewer steps).", min=1),
+    "warm_start": Field("bool", True, "Start Lanczos from the previous measurement's extreme "
+                        "Ritz vectors (plus a random part)."),
     "density": Field("bool", False, "Also report spectral-density summaries."),
 }
 
