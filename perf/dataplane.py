@@ -5,8 +5,11 @@ them under a version key; N actors GET and decode them; each actor encodes a rol
 XADDs it to the run's stream; the learner collects them with XREADGROUP (blocking), decodes
 and acknowledges (``plugins.transport_redis``: the real RedisTransport and ActorRedisClient).
 
-Prototype: ``pickle.dumps`` of the same dicts into a Redis hash (HSET); actors busy-poll HGET
-for the weights; the learner busy-polls HGETALL until all N batches are there, then unpickles.
+Prototype: ``pickle.dumps`` of the same dicts into a Redis hash (HSET); actors poll HGET for the
+weights; the learner polls HGETALL until all N batches are there, then unpickles. Both poll with
+a sleep of ``--poll-ms`` (5 ms by default) between tries, as a sensible polling client would: a
+loop without a sleep would inflate the baseline's CPU and command counts, and a longer sleep
+would slow its throughput rows.
 
 A last pair of rows spreads the actors' pushes over time (``--stagger-ms`` apart, as actors
 finish rollouts at different moments): both ways then take the same wall time, and the rows
@@ -14,10 +17,13 @@ show the CPU (this process + redis-server) and Redis commands each burns while w
 
 Both run against a private redis-server on a free port started here (killed at exit), with the
 N actors as threads of this process (one connection each), so both ways pay the same GIL and
-loopback costs. Prints per-phase times, throughputs and the ratio prototype/Nitro.
+loopback costs. Every repetition is a row in ``perf/results/dataplane.json``; the table shows
+medians and the ratio Nitro / prototype of each row's quantity, with which direction is better
+(throughputs: higher; CPU and commands: lower).
 
     python perf/dataplane.py            # 32 actors, 5 repetitions
     python perf/dataplane.py --quick    # 8 actors, 2 repetitions
+    python perf/dataplane.py --render   # print the table of the stored rows
 """
 
 from __future__ import annotations
@@ -25,17 +31,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import atexit
+import json
 import pickle  # the prototype's way, measured as the baseline; never used by Nitro itself
 import secrets
 import shutil
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -44,6 +49,9 @@ import numpy as np
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import common as c  # noqa: E402
 
 from kernel import codec  # noqa: E402
 from kernel.roles import PluginContext  # noqa: E402
@@ -200,8 +208,8 @@ class Nitro:
 # -- the prototype's way -------------------------------------------------------------------------
 
 class Prototype:
-    def __init__(self, url: str, n: int, pool: ThreadPoolExecutor):
-        self.n, self.pool = n, pool
+    def __init__(self, url: str, n: int, pool: ThreadPoolExecutor, poll_s: float):
+        self.n, self.pool, self.poll_s = n, pool, poll_s
         self.learner = redis.Redis.from_url(url)
         self.actors = [redis.Redis.from_url(url) for _ in range(n)]
         self.key = f"proto-{secrets.token_hex(4)}"
@@ -212,11 +220,12 @@ class Prototype:
 
         def poll(i: int) -> None:
             polling.wait()
-            while True:  # busy-wait, as the prototype's actors did
+            while True:  # poll, sleeping between tries
                 raw = self.actors[i].hget(f"{self.key}:weights", "state")
                 if raw is not None:
                     pickle.loads(raw)  # noqa: S301 -- the baseline being measured
                     return
+                time.sleep(self.poll_s)
 
         futures = [self.pool.submit(poll, i) for i in range(self.n)]
         polling.wait()
@@ -235,10 +244,11 @@ class Prototype:
 
         t0 = time.perf_counter()
         futures = [self.pool.submit(push, i) for i in range(self.n)]
-        while True:  # busy-wait until every actor's batch is in the hash
+        while True:  # poll until every actor's batch is in the hash
             found = self.learner.hgetall(key)
             if len(found) >= self.n:
                 break
+            time.sleep(self.poll_s)
         [pickle.loads(raw) for raw in found.values()]  # noqa: S301 -- the baseline
         self.learner.delete(key)
         elapsed = time.perf_counter() - t0
@@ -270,59 +280,89 @@ class Cost:
         return (after[0] - before[0]) + (after[1] - before[1]), after[2] - before[2]
 
 
-def median_of(reps: int, fn: Callable[[], float]) -> float:
-    fn()  # warm-up: connections, allocator
-    return statistics.median(fn() for _ in range(reps))
+def row(phase: str, unit: str, better: str, way: str, rep: int, value: float) -> dict[str, Any]:
+    return {"phase": phase, "unit": unit, "better": better, "way": way, "seed": rep,
+            "value": value}
 
 
-async def measure(url: str, n: int, reps: int, stagger_s: float
-                  ) -> list[tuple[str, str, float, float, float]]:
+async def measure(url: str, n: int, reps: int, stagger_s: float, poll_s: float
+                  ) -> list[dict[str, Any]]:
+    """Per-repetition rows (the first call of each way is a warm-up, not stored)."""
     rng = np.random.default_rng(0)
     payloads = {"hopper-mlp": mlp_weights(rng), "atari-cnn": cnn_weights(rng)}
     batches = [rollout_batch(rng, i) for i in range(n)]
-    rows = []
+    rows: list[dict[str, Any]] = []
     with ThreadPoolExecutor(max_workers=n) as pool:
-        nitro, proto = Nitro(url, n, pool), Prototype(url, n, pool)
+        nitro, proto = Nitro(url, n, pool), Prototype(url, n, pool, poll_s)
         await nitro.start()
         try:
             for name, weights in payloads.items():
                 params = sum(a.size for a in weights.values())
-                times = [await nitro.broadcast(weights)]
-                for _ in range(reps):
-                    times.append(await nitro.broadcast(weights))
-                t_nitro = statistics.median(times[1:])
-                t_proto = await asyncio.to_thread(median_of, reps,
-                                                  lambda w=weights: proto.broadcast(w))
+                phase = f"weights {name} ({params / 1e6:.2f}M params) -> {n} actors"
                 mb = n * nbytes(weights) / 1e6
-                rows.append((f"weights {name} ({params / 1e6:.2f}M params) -> {n} actors",
-                             "MB/s", mb / t_nitro, mb / t_proto, t_proto / t_nitro))
-            times = [await nitro.collect(batches)]
-            for _ in range(reps):
-                times.append(await nitro.collect(batches))
-            t_nitro = statistics.median(times[1:])
-            t_proto = await asyncio.to_thread(median_of, reps, lambda: proto.collect(batches))
-            size = nbytes(batches[0]) / 1e3
-            rows.append((f"batches {n} x 128 steps x 8 envs ({size:.0f} KB each)", "batches/s",
-                         n / t_nitro, n / t_proto, t_proto / t_nitro))
+                await nitro.broadcast(weights)
+                await asyncio.to_thread(proto.broadcast, weights)
+                for rep in range(1, reps + 1):
+                    rows.append(row(phase, "MB/s", "higher", "nitro", rep,
+                                    mb / await nitro.broadcast(weights)))
+                    rows.append(row(phase, "MB/s", "higher", "prototype", rep,
+                                    mb / await asyncio.to_thread(proto.broadcast, weights)))
+            phase = f"batches {n} x 128 steps x 8 envs ({nbytes(batches[0]) / 1e3:.0f} KB each)"
+            await nitro.collect(batches)
+            await asyncio.to_thread(proto.collect, batches)
+            for rep in range(1, reps + 1):
+                rows.append(row(phase, "batches/s", "higher", "nitro", rep,
+                                n / await nitro.collect(batches)))
+                rows.append(row(phase, "batches/s", "higher", "prototype", rep,
+                                n / await asyncio.to_thread(proto.collect, batches)))
             # Actors finishing over time (the usual case): the prototype's learner polls all
             # along. Same wall time for both; what differs is the CPU and Redis load.
             cost = Cost(url)
-            before = cost.snapshot()
-            await nitro.collect(batches, stagger_s)
-            cpu_nitro, cmds_nitro = cost.since(before, cost.snapshot())
-            before = cost.snapshot()
-            await asyncio.to_thread(proto.collect, batches, stagger_s)
-            cpu_proto, cmds_proto = cost.since(before, cost.snapshot())
+            spread = f"batches over {n * stagger_s * 1000:.0f} ms"
+            for rep in range(1, reps + 1):
+                before = cost.snapshot()
+                await nitro.collect(batches, stagger_s)
+                cpu, cmds = cost.since(before, cost.snapshot())
+                rows.append(row(f"{spread}: CPU (learner+actors+redis)", "ms CPU", "lower",
+                                "nitro", rep, cpu * 1000))
+                rows.append(row(f"{spread}: Redis commands", "commands", "lower", "nitro", rep,
+                                cmds))
+                before = cost.snapshot()
+                await asyncio.to_thread(proto.collect, batches, stagger_s)
+                cpu, cmds = cost.since(before, cost.snapshot())
+                rows.append(row(f"{spread}: CPU (learner+actors+redis)", "ms CPU", "lower",
+                                "prototype", rep, cpu * 1000))
+                rows.append(row(f"{spread}: Redis commands", "commands", "lower", "prototype",
+                                rep, cmds))
             cost.info.close()
-            label = f"batches over {n * stagger_s * 1000:.0f} ms: CPU (learner+actors+redis)"
-            rows.append((label, "ms CPU", cpu_nitro * 1000, cpu_proto * 1000,
-                         cpu_proto / max(cpu_nitro, 1e-9)))
-            rows.append((f"batches over {n * stagger_s * 1000:.0f} ms: Redis commands",
-                         "commands", cmds_nitro, cmds_proto, cmds_proto / max(cmds_nitro, 1)))
         finally:
             await nitro.close()
             proto.close()
     return rows
+
+
+def render(data: dict[str, Any]) -> str:
+    """The section's Markdown, from the stored per-repetition rows only."""
+    rows = data["rows"]
+    phases = list(dict.fromkeys(r["phase"] for r in rows))
+    table = []
+    for phase in phases:
+        mine = [r for r in rows if r["phase"] == phase]
+        nitro = [r for r in mine if r["way"] == "nitro"]
+        proto = [r for r in mine if r["way"] == "prototype"]
+        _, cell = c.ratio_text(nitro, proto, "value", ("nitro", "prototype"),
+                               unit="repetitions")
+        table.append([phase, mine[0]["unit"], f"{mine[0]['better']} is better",
+                      c.fmt(c.median([r["value"] for r in nitro]), 1),
+                      c.fmt(c.median([r["value"] for r in proto]), 1), cell])
+    md = c.md_table(["measure", "unit", "direction", "nitro (median)", "prototype (median)",
+                     "nitro / prototype [95% interval]"], table)
+    return (f"{data['actors']} actors (threads), {data['reps']} repetitions after a warm-up; "
+            f"the prototype polls every {data['poll_ms']:g} ms (a sleep between tries), "
+            f"pushes in the spread rows {data['stagger_ms']:g} ms apart. Throughputs are "
+            "stated one way (higher is better); ratios are Nitro's over the prototype's, so a "
+            "throughput ratio above 1 and a CPU or command ratio below 1 favour Nitro.\n\n"
+            + md)
 
 
 def main() -> None:
@@ -330,17 +370,25 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=32)
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--stagger-ms", type=float, default=10.0,
-                        help="gap between actors' pushes in the staggered row")
+                        help="gap between actors' pushes in the staggered rows")
+    parser.add_argument("--poll-ms", type=float, default=5.0,
+                        help="the prototype's sleep between polls")
     parser.add_argument("--quick", action="store_true", help="8 actors, 2 repetitions")
+    parser.add_argument("--render", action="store_true",
+                        help="run nothing: print the table of the stored rows")
     args = parser.parse_args()
+    if args.render:
+        print(render(json.loads((c.RESULTS / "dataplane.json").read_text())))
+        return
     n, reps = (8, 2) if args.quick else (args.actors, args.reps)
     _, url = start_redis()
-    print(f"redis-server {url}; {n} actors (threads); median of {reps}")
-    rows = asyncio.run(measure(url, n, reps, args.stagger_ms / 1000))
-    width = max(len(r[0]) for r in rows)
-    print(f"{'':{width}}  {'nitro':>12}  {'prototype':>12}  {'ratio':>7}")
-    for label, unit, nitro, proto, ratio in rows:
-        print(f"{label:{width}}  {nitro:>12,.1f}  {proto:>12,.1f}  {ratio:>6.1f}x  ({unit})")
+    c.log(f"redis-server {url}; {n} actors (threads); {reps} repetitions")
+    rows = asyncio.run(measure(url, n, reps, args.stagger_ms / 1000, args.poll_ms / 1000))
+    data = {"title": "Data plane: weights and batches through Redis vs pickle-in-a-hash "
+                     "polling (issue 3)", "quick": args.quick, "actors": n, "reps": reps,
+            "poll_ms": args.poll_ms, "stagger_ms": args.stagger_ms, "rows": rows}
+    print(render(data))
+    c.write_result("dataplane", data)
 
 
 if __name__ == "__main__":

@@ -116,13 +116,12 @@ def main() -> int:
     def raw() -> dict[str, Any]:
         return c.run(raw_cmd, timeout=args.timeout).last_json()
 
-    def raw_concurrent(n: int) -> float:
-        """Per-process rate of n raw processes at once: the same core contention as n actors."""
+    def raw_concurrent(n: int) -> list[float]:
+        """Per-process rates of n raw processes at once: the same core contention as n actors."""
         procs = [subprocess.Popen(raw_cmd, cwd=c.ROOT, stdout=subprocess.PIPE, text=True)
                  for _ in range(n)]
-        rates = [json.loads(p.communicate(timeout=args.timeout)[0].strip().splitlines()[-1])
-                 ["sps"] for p in procs]
-        return sum(rates) / len(rates)
+        return [json.loads(p.communicate(timeout=args.timeout)[0].strip().splitlines()[-1])
+                ["sps"] for p in procs]
 
     c.log(f"raw SyncVectorEnv x{args.num_envs}, {raw_steps} steps (before)")
     before = raw()
@@ -135,7 +134,8 @@ def main() -> int:
     c.log("raw (after)")
     after = raw()
     c.log(f"raw, {args.actors} processes at once")
-    raw_conc = raw_concurrent(args.actors)
+    raw_rates = raw_concurrent(args.actors)
+    raw_conc = sum(raw_rates) / len(raw_rates)
     raw_mean = (before["sps"] + after["sps"]) / 2
     ratios = {
         "actor_sps": c.ratio(nitro["actor_sps"], raw_mean),
@@ -175,8 +175,11 @@ def main() -> int:
         "quick": args.quick, "raw_before": before, "raw_after": after, "raw_sps": raw_mean,
         "raw_concurrent_sps": raw_conc,
         "nitro": nitro, "ratios": ratios, "goal": GOAL, "goal_ratio": goal_ratio,
-        "goal_met": verdict == "met",
-        "markdown": md, "versions": c.versions(), "note": args.note,
+        "goal_met": verdict == "met", "markdown": md, "note": args.note,
+        # every measurement as made, so each figure above can be recomputed
+        "rows": [{"measure": "raw_before", **before}, {"measure": "raw_after", **after},
+                 *({"measure": "raw_concurrent", "process": i, "sps": r}
+                   for i, r in enumerate(raw_rates, 1)), {"measure": "nitro", **nitro}],
     })
     return 0
 

@@ -53,13 +53,15 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=None)
     args = parser.parse_args()
     rounds = args.rounds or (12 if args.quick else 40)
-    rows = []
+    rows, raw = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for title, plan, strict_mode, overlap_mode in CASES:
             c.log(f"{title}: {strict_mode}")
             strict = measure(plan, strict_mode, rounds, Path(tmp) / f"{title}-{strict_mode}")
             c.log(f"{title}: {overlap_mode}")
             over = measure(plan, overlap_mode, rounds, Path(tmp) / f"{title}-{overlap_mode}")
+            raw += [{"case": title, "plan": plan, "mode": strict_mode, **strict},
+                    {"case": title, "plan": plan, "mode": overlap_mode, **over}]
             rows.append([
                 title, f"{strict_mode} / {overlap_mode}",
                 f"{c.fmt(strict['env_steps_per_s'], 0)} / {c.fmt(over['env_steps_per_s'], 0)}",
@@ -75,6 +77,7 @@ def main() -> int:
     c.write_result("overlap", {
         "title": "Overlap of fan-out and training (issue 5)",
         "markdown": f"{rounds} rounds per run, round 1 (cold starts) excluded.\n\n{table}",
+        "quick": args.quick, "rows": raw,
     })
     return 0
 

@@ -1,0 +1,185 @@
+"""What perf/RESULTS.md may claim: ratios only over the same seeds, tables recomputed from the
+stored raw rows, files without rows marked as such, and the same page every time.
+
+The benchmarks themselves run in perf/ and are never timed here; the rows below have the
+shape the benchmarks store.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+
+import cartpole_time  # noqa: E402
+import common as c  # noqa: E402
+import compare_peers as cp  # noqa: E402
+import dataplane  # noqa: E402
+import fanout  # noqa: E402
+import render_results as rr  # noqa: E402
+
+
+def runs(impl: str, seeds, process_s, wall_s=None, **extra):
+    return [{"impl": impl, "seed": s, "process_s": p, "wall_s": (wall_s or process_s)[i],
+             "env_steps": 300_000, "sps": 300_000 / (wall_s or process_s)[i],
+             "final_eval_return": 1000.0 + 100 * s, "reached": True, **extra}
+            for i, (s, p) in enumerate(zip(seeds, process_s, strict=True))]
+
+
+def test_seed_list_collapses_runs_of_consecutive_seeds():
+    assert c.seed_list([3, 1, 2, 5, 7, 8]) == "1–3, 5, 7–8"
+    assert c.seed_list([]) == "none"
+
+
+def test_a_ratio_over_the_same_seeds_is_the_ratio_of_the_medians():
+    ours = runs("nitro", [1, 2, 3], [10.0, 20.0, 30.0])
+    theirs = runs("sb3", [3, 1, 2], [40.0, 20.0, 80.0])
+    value, reason = c.seed_ratio(ours, theirs, "process_s")
+    assert reason is None
+    assert value == pytest.approx(20.0 / 40.0)
+
+
+def test_a_ratio_over_different_seed_sets_is_refused_with_both_sets_named():
+    value, reason = c.seed_ratio(runs("nitro", range(1, 21), [10.0] * 20),
+                                 runs("sb3_1t", [1, 2, 3], [20.0] * 3), "process_s",
+                                 ("nitro", "sb3_1t"))
+    assert value is None
+    assert reason == "seeds differ: nitro 1–20, sb3_1t 1–3"
+    assert c.ratio_cell(value, reason).startswith("— (seeds differ")
+
+
+def test_a_failed_run_takes_its_seed_out_of_the_comparison():
+    ours = runs("nitro", [1, 2], [10.0, 12.0])
+    theirs = runs("sb3", [1], [20.0]) + [{"impl": "sb3", "seed": 2, "error": "boom"}]
+    value, reason = c.seed_ratio(ours, theirs, "process_s", ("nitro", "sb3"))
+    assert value is None and "sb3 1" in reason and "nitro 1–2" in reason
+
+
+def test_bootstrap_interval_is_seeded_and_holds_the_median():
+    values = [1.5, 11.9, 5.2, 3.3, 2.8, 7.0, 4.1, 6.6, 2.2, 9.9]
+    ci = c.bootstrap_interval(values)
+    assert ci == c.bootstrap_interval(values)
+    assert ci[0] <= statistics.median(values) <= ci[1]
+    assert c.bootstrap_interval([4.0]) is None
+
+
+def test_paired_ratio_interval_is_a_point_when_every_seed_has_the_same_ratio():
+    ours = runs("nitro", [1, 2, 3, 4], [1.0, 2.0, 3.0, 4.0])
+    theirs = runs("sb3", [1, 2, 3, 4], [2.0, 4.0, 6.0, 8.0])
+    assert c.ratio_interval(ours, theirs, "process_s") == (0.5, 0.5)
+
+
+def peers_result(hopper: dict) -> dict:
+    return {"results": {"hopper": hopper}, "seeds": {"hopper": [1, 2, 3]},
+            "hopper_steps": 300_000, "history": [{"when": "t", "command": "c", "loadavg": None}]}
+
+
+def test_peers_table_refuses_the_ratio_against_a_peer_run_on_fewer_seeds():
+    hopper = {"nitro": runs("nitro", range(1, 21), [86.0 + s for s in range(20)]),
+              "sb3": runs("sb3", range(1, 21), [180.0 + s for s in range(20)]),
+              "sb3_1t": runs("sb3_1t", [1, 2, 3], [170.0, 171.0, 172.0])}
+    text = cp.render(peers_result(hopper))
+    row = next(line for line in text.splitlines() if line.startswith("| sb3_1t |")
+               and "seeds differ" in line)
+    assert "— (seeds differ: nitro 1–20, sb3_1t 1–3)" in row
+    assert cp.ratios_of({"hopper": hopper})[
+        "hopper.process_s.nitro/sb3_1t"] is None
+    # the strongest SB3 layout is chosen only among layouts that ran Nitro's seeds
+    best, why = cp.strongest_sb3(hopper)
+    assert best == "sb3" and "sb3_1t: seeds differ" in why
+
+
+def test_peers_table_names_the_fastest_sb3_layout_and_divides_by_it():
+    seeds = [1, 2, 3]
+    hopper = {"nitro": runs("nitro", seeds, [80.0, 90.0, 100.0]),
+              "sb3": runs("sb3", seeds, [180.0, 190.0, 200.0]),
+              "sb3_1t": runs("sb3_1t", seeds, [170.0, 175.0, 185.0]),
+              "sb3_subproc": runs("sb3_subproc", seeds, [150.0, 160.0, 200.0])}
+    best, _ = cp.strongest_sb3(hopper)
+    assert best == "sb3_subproc"
+    text = cp.render(peers_result(hopper))
+    row = next(line for line in text.splitlines()
+               if line.startswith("| strongest SB3 layout (sb3_subproc) |"))
+    assert row.split("|")[2].strip().startswith(c.fmt(90.0 / 160.0))
+
+
+def test_peers_table_shows_process_and_run_time_for_every_implementation():
+    seeds = [1, 2]
+    hopper = {"nitro": runs("nitro", seeds, [86.0, 88.0], wall_s=[80.0, 81.0]),
+              "rllib": runs("rllib", seeds, [330.0, 340.0], wall_s=[315.0, 320.0])}
+    text = cp.render(peers_result(hopper))
+    rllib = next(line for line in text.splitlines() if line.startswith("| rllib | 1–2"))
+    assert "335" in rllib and "317.50" in rllib  # process and run medians side by side
+    assert "own eval runner" in rllib  # the differences stand beside the numbers
+
+
+def test_cartpole_table_is_recomputed_from_the_rows():
+    rows = []
+    for seed in range(1, 11):
+        rows += runs("nitro", [seed], [5.0 + seed], wall_s=[1.0 + seed])
+        rows += runs("ppo_minimal", [seed], [10.0 + seed], wall_s=[4.0 + seed])
+    text = cartpole_time.render({"rows": rows, "baseline_threads": 1})
+    headline = next(line for line in text.splitlines() if "headline" in line)
+    assert "10.50" in headline and "15.50" in headline
+    assert headline.split("|")[4].strip().startswith(c.fmt(10.5 / 15.5))
+    assert "Seeds 1–10" in text and "**met**" in text
+
+
+def test_fanout_headline_is_engine_over_the_sdk_floor_on_the_same_repetitions():
+    def rep(way, seed, wall):
+        return {"way": way, "seed": seed, "n": 256, "concurrency": 64, "wall_s": wall,
+                "cpu_s": 0.1, "ok": 256, "invokes_per_s": 256 / wall}
+
+    rows = [rep("engine", 1, 0.40), rep("sdk_floor", 1, 0.43), rep("prototype", 1, 22.0),
+            rep("engine", 2, 0.50), rep("sdk_floor", 2, 0.45)]
+    text = fanout.render({"rows": rows})
+    headline = next(line for line in text.splitlines() if "engine / SDK floor" in line)
+    # resampling the two repetitions in pairs spans their own ratios, 0.40/0.43 to 0.50/0.45
+    assert headline.rstrip().endswith(c.fmt(statistics.median([0.40, 0.50])
+                                            / statistics.median([0.43, 0.45])) + " [0.93–1.11]")
+    history = next(line for line in text.splitlines() if "prototype / engine" in line)
+    assert history.rstrip().endswith(c.fmt(22.0 / 0.40))  # on the repetition both ran
+
+
+def test_dataplane_rows_say_which_direction_is_better_and_divide_one_way():
+    rows = []
+    for rep in (1, 2):
+        rows += [dataplane.row("weights", "MB/s", "higher", "nitro", rep, 150.0),
+                 dataplane.row("weights", "MB/s", "higher", "prototype", rep, 250.0),
+                 dataplane.row("cpu", "ms CPU", "lower", "nitro", rep, 40.0),
+                 dataplane.row("cpu", "ms CPU", "lower", "prototype", rep, 80.0)]
+    text = dataplane.render({"rows": rows, "actors": 32, "reps": 2, "poll_ms": 5.0,
+                             "stagger_ms": 10.0})
+    lines = {line.split("|")[1].strip(): line for line in text.splitlines()
+             if line.startswith("| weights") or line.startswith("| cpu")}
+    assert "higher is better" in lines["weights"] and "| 0.60" in lines["weights"]
+    assert "lower is better" in lines["cpu"] and "| 0.50" in lines["cpu"]
+    assert "polls every 5 ms" in text
+
+
+def write(folder: Path, name: str, data: dict) -> None:
+    (folder / f"{name}.json").write_text(json.dumps({"name": name, **data}), encoding="utf-8")
+
+
+def test_page_marks_files_without_raw_rows_and_renders_the_rest_from_rows(tmp_path):
+    write(tmp_path, "overlap", {"title": "Overlap", "markdown": "| old | table |"})
+    rows = []
+    for seed in (1, 2):
+        rows += runs("nitro", [seed], [6.0], wall_s=[3.0])
+        rows += runs("ppo_minimal", [seed], [8.0], wall_s=[5.0])
+    # a stale stored table must not reach the page: the rows decide
+    write(tmp_path, "cartpole_time", {"title": "CartPole", "rows": rows,
+                                      "markdown": "| stale | 99 |", "machine": {
+                                          "cpu": "AMD EPYC", "cores": 2, "loadavg": [1, 1, 1]}})
+    page = rr.page(rr.load_results(tmp_path))
+    overlap = page[page.index("## Overlap"):]
+    cartpole = page[page.index("## CartPole"):page.index("## Overlap")]
+    assert rr.NOT_RECHECKABLE in overlap
+    assert rr.NOT_RECHECKABLE not in cartpole and "stale" not in cartpole
+    assert "AMD EPYC (2 cores)" in cartpole and "perf/results/cartpole_time.json" in cartpole
+    assert page == rr.page(rr.load_results(tmp_path))  # the same files give the same page
