@@ -374,3 +374,31 @@ def test_adaptive_scalers_get_room_and_their_probe_by_default() -> None:
     explicit = load_plan("plans/hopper.toml", {"scaler.name": "gns", "actors.max": 3})
     assert explicit["actors"]["max"] == 3
     assert [p["name"] for p in explicit["probes"]][0] == "gns"
+
+
+def test_engine_runs_no_boost_under_the_prototype_cost_model(tmp_path: Path) -> None:
+    """The paper's no-boost baseline through the real engine: the Hessian probe runs every
+    round and its score is published while N stays put, and the prototype's model bills
+    every round's time at $3.74/h (probe included here, as asked) and nothing per invocation."""
+    from kernel.engine import Engine
+
+    plan = tomllib.loads(Path("plans/cartpole.toml").read_text())
+    plan["run"].update(name="noboost")
+    plan["stop"] = {"max_rounds": 3}
+    plan["actors"].update(count=2, min=1, max=4, workers=2, simulate=True)
+    plan["scaler"] = {"name": "no_boost", "prototype_compat": True}
+    plan["probes"] = [{"name": "hessian", "samples": 256, "max_steps": 20}]
+    plan["sinks"] = []
+    plan["cost"] = {"name": "prototype", "charge_probe": True}
+    engine = Engine.from_plan(plan, out_dir=tmp_path)
+    summary = asyncio.run(engine.run())
+    assert summary["actors_per_round"] == [2, 2, 2]
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").open()]
+    scaled = [e for e in events if e["event"] == "ScaleDecided"]
+    assert scaled and all(e["actors"] == 2 and "would_boost_to" in e["detail"] for e in scaled)
+    finished = {e["round"]: e for e in events if e["event"] == "RoundFinished"}
+    for e in (e for e in events if e["event"] == "CostCharged"):
+        assert set(e["items"]) == {"learner_usd", "actors_usd"}
+        assert e["items"]["actors_usd"] == pytest.approx(e["items"]["learner_usd"] * 0.68 / 3.06)
+        assert e["round_usd"] > 0
+    assert len(finished) == 3
