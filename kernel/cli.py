@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import copy
 import signal
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,34 @@ from kernel.schema import PlanError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_PLAN = 0, 1, 2
 
 
+class _HelpFormatter(argparse.HelpFormatter):
+    """Every option's help ends with its default, when it has one worth saying, so ``--help``
+    answers "what happens if I leave this out" without a look at the code."""
+
+    def add_argument(self, action: argparse.Action) -> None:
+        if action.help is None and _shows_default(action):
+            action = copy.copy(action)
+            action.help = "(default: %(default)s)"
+        super().add_argument(action)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        if "%(default)" in text or "default" in text or not _shows_default(action):
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+def _shows_default(action: argparse.Action) -> bool:
+    default = action.default
+    return (bool(action.option_strings) and default not in (None, False, [], "")
+            and default is not argparse.SUPPRESS and action.nargs != 0)
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message: str) -> None:  # argparse's default is also 2; keep one line
         self.print_usage(sys.stderr)
         sys.stderr.write(f"{self.prog}: error: {message}\n")
@@ -30,6 +58,7 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="nitro", description="Nitro: boosted serverless deep RL.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     run = sub.add_parser("run", help="train from a plan")
@@ -65,6 +94,17 @@ def _extra_commands() -> list[Any]:
         except ImportError as exc:
             sys.stderr.write(f"nitro: command {ep.name!r} unavailable: {exc}\n")
     return commands
+
+
+def version() -> str:
+    """The installed distribution's version (a source tree that was never installed says so)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("nitro-rl")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kernel.registry import PluginError, Registry, default_registry
-from kernel.schema import Field, PlanError, validate_table
+from kernel.schema import Field, PlanError, did_you_mean, validate_table
 
 RUN = {
     "name": Field("str", "nitro", "Run name; the run directory is runs/<name>-<timestamp>."),
@@ -114,7 +114,9 @@ SECTIONS: dict[str, tuple[dict[str, Field], str | None, str | None]] = {
     "checkpoint": (CHECKPOINT, None, None),
 }
 LISTS: dict[str, tuple[dict[str, Field], str, list[dict[str, Any]]]] = {
-    "probes": (PROBE_ITEM, "probe", [{"name": "eval"}]),
+    # Without [[probes]], evaluate every 10th round: every round would spend more time on
+    # evaluation than on training for small envs.
+    "probes": (PROBE_ITEM, "probe", [{"name": "eval", "every": 10}]),
     "sinks": (LIST_ITEM, "sink", [{"name": "console"}]),
 }
 
@@ -200,7 +202,8 @@ def validate_plan(raw: dict[str, Any], registry: Registry) -> dict[str, Any]:
     for key in raw:
         if key not in known:
             raise PlanError(
-                key, f"a known section (known: {', '.join(sorted(known))})", note="unknown section"
+                key, f"a known section (known: {', '.join(sorted(known))})",
+                note="unknown section" + did_you_mean(key, known),
             )
     plan: dict[str, Any] = {}
     for section, (core, kind, selector) in SECTIONS.items():
@@ -239,9 +242,9 @@ def _validate_section(
     try:
         plugin = registry.get(kind, name)
     except PluginError as exc:
-        raise PlanError(
-            f"{path}.{selector}", f"a {kind} plugin ({', '.join(registry.names(kind))})", name
-        ) from exc
+        names = registry.names(kind)
+        raise PlanError(f"{path}.{selector}", f"a {kind} plugin ({', '.join(names)})", name,
+                        note=did_you_mean(name, names).removeprefix("; ")) from exc
     overlap = set(plugin.config) & set(core)
     fields = {**core, **{k: v for k, v in plugin.config.items() if k not in overlap}}
     return validate_table(path, data, fields)

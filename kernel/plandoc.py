@@ -20,6 +20,18 @@ names it.
 """
 
 
+#: What a reader of a list section needs beyond its default.
+LIST_NOTES = {
+    "probes": (
+        "A plan without `[[probes]]` evaluates the policy (10 deterministic episodes) every "
+        "10th round: an evaluation every round would cost small "
+        "envs more time than training. `probes = []` turns evaluation off (then "
+        "`stop.target_return` never triggers); `[[probes]] name = \"eval\" every = 1` "
+        "evaluates every round."
+    ),
+}
+
+
 def _row(key: str, spec: Field) -> str:
     default = "required" if spec.required else (
         "unset" if spec.default is None else f"`{_toml(spec.default)}`")
@@ -53,6 +65,8 @@ def render(registry: Registry) -> str:
     for section, (core, kind, default) in LISTS.items():
         lines += [f"## `[[{section}]]`", "",
                   f"An array of tables; default: `{default}`.", ""]
+        if section in LIST_NOTES:
+            lines += [LIST_NOTES[section], ""]
         lines += _table(core)
         lines.append("")
         lines += _plugins(registry, kind, "name = ")

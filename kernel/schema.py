@@ -7,8 +7,9 @@ whole message a user sees for a bad plan.
 
 from __future__ import annotations
 
+import difflib
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,6 +137,12 @@ class Field:
         return value
 
 
+def did_you_mean(word: str, options: Iterable[str]) -> str:
+    """``"; did you mean 'id'?"`` for a near miss (a typo, a plural, a hyphen), else ``""``."""
+    close = difflib.get_close_matches(word, [str(o) for o in options], n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
 
@@ -159,7 +166,8 @@ def validate_table(
                 out[key] = value
                 continue
             known = ", ".join(sorted(fields)) or "no keys"
-            raise PlanError(key_path, f"a known key (known: {known})", note="unknown key")
+            raise PlanError(key_path, f"a known key (known: {known})",
+                            note="unknown key" + did_you_mean(key, fields))
         out[key] = spec.check(key_path, value)
     for key, spec in fields.items():
         if key not in out:

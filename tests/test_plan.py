@@ -106,3 +106,31 @@ def test_docs_plan_md_is_generated_from_the_schema() -> None:
     expected = render(default_registry())
     actual = (ROOT / "docs" / "plan.md").read_text(encoding="utf-8")
     assert actual == expected, "regenerate: python -m kernel plugins --markdown > docs/plan.md"
+
+
+@pytest.mark.parametrize(
+    ("override", "suggestion"),
+    [
+        ({"algo.learnig_rate": 0.1}, "did you mean 'learning_rate'?"),
+        ({"stop.max_round": 3}, "did you mean 'max_rounds'?"),
+        ({"env.num_env": 2}, "did you mean 'num_envs'?"),
+        ({"scaler.name": "nitr"}, "did you mean 'nitro'?"),
+        ({"stpo": {"max_rounds": 1}}, "did you mean 'stop'?"),
+    ],
+)
+def test_near_misses_get_a_suggestion(override: dict, suggestion: str) -> None:
+    with pytest.raises(PlanError) as info:
+        load_plan(CARTPOLE, override)
+    assert suggestion in str(info.value) and "\n" not in str(info.value)
+
+
+def test_far_misses_get_no_guess() -> None:
+    with pytest.raises(PlanError) as info:
+        load_plan(CARTPOLE, {"algo.zzzzqqq": 1})
+    assert "did you mean" not in str(info.value)
+
+
+def test_without_probes_evaluation_is_not_every_round() -> None:
+    """Ten eval episodes every round cost a small env more than its training."""
+    plan = load_plan({"env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 30}})
+    assert plan["probes"] == [{"name": "eval", "every": 10, "episodes": 10}]
