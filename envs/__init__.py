@@ -4,7 +4,14 @@ Depends only on gymnasium, numpy, mujoco and (lazily) ale-py, so actors can impo
 torch or the rest of the project. The data it produces is fixed by docs/contracts.md.
 """
 
-from envs.make import check_env_id, describe, make_env, make_vector_env
+from envs.make import (
+    check_env_id,
+    describe,
+    env_modules,
+    is_image_obs,
+    make_env,
+    make_vector_env,
+)
 from envs.normalize import RunningMeanStd, moments
 from envs.rollout import Sampler, evaluate
 
@@ -13,7 +20,9 @@ __all__ = [
     "Sampler",
     "check_env_id",
     "describe",
+    "env_modules",
     "evaluate",
+    "is_image_obs",
     "make_env",
     "make_vector_env",
     "moments",

@@ -9,7 +9,8 @@ classic control.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Mapping
+import importlib
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +22,8 @@ __all__ = [
     "DEFAULT_ENV_SPEC",
     "check_env_id",
     "describe",
+    "env_modules",
+    "is_image_obs",
     "make_env",
     "make_vector_env",
     "resolve_spec",
@@ -39,6 +42,8 @@ DEFAULT_ENV_SPEC: dict[str, Any] = {
     "max_episode_steps": None,
     # None: clip training rewards to their sign for Atari ids only (the DQN/IMPALA convention).
     "clip_reward": None,
+    # Modules imported before the id is looked up: packages that register envs on import.
+    "imports": [],
 }
 
 Wrapper = Callable[[gym.Env], gym.Env]
@@ -50,9 +55,47 @@ def resolve_spec(env_spec: Mapping[str, Any]) -> dict[str, Any]:
         raise ValueError(f"env spec needs an 'id' key, got keys {sorted(env_spec)}")
     spec = {**DEFAULT_ENV_SPEC, **env_spec}
     spec["kwargs"] = dict(spec["kwargs"] or {})
+    spec["imports"] = [str(m) for m in spec["imports"] or []]
     if spec["clip_reward"] is None:
-        spec["clip_reward"] = is_atari(spec["id"])
+        spec["clip_reward"] = is_atari(split_env_id(spec["id"])[1])
     return spec
+
+
+def split_env_id(env_id: str) -> tuple[str | None, str]:
+    """``"pkg.envs:MyEnv-v0"`` -> ``("pkg.envs", "MyEnv-v0")``; a plain id has no module.
+
+    This is gymnasium's own ``module:EnvId`` form: ``gym.make`` imports the module (which
+    registers the env on import) and then looks the id up in its registry.
+    """
+    module, sep, name = env_id.partition(":")
+    if not sep:
+        return None, env_id
+    return module, name
+
+
+def env_modules(env_spec: Mapping[str, Any]) -> list[str]:
+    """The modules a spec imports to register its env: ``imports``, then the id's module.
+
+    Importing a module runs its code, so an actor function must only import the modules its
+    learner validated; this list is what it compares against.
+    """
+    modules = [str(m) for m in env_spec.get("imports") or []]
+    module, _ = split_env_id(str(env_spec["id"]))
+    if module is not None:
+        modules.append(module)
+    return list(dict.fromkeys(modules))
+
+
+def import_env_modules(modules: Iterable[str]) -> None:
+    """Import each module (a no-op for modules already imported), so their envs register.
+
+    Raises ``ValueError`` naming the module that cannot be imported, with the reason.
+    """
+    for module in modules:
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ValueError(f"cannot import env module {module!r}: {exc}") from None
 
 
 def _register_ale() -> bool:
@@ -68,28 +111,46 @@ def _register_ale() -> bool:
     return True
 
 
-def _ensure_registered(env_id: str) -> None:
-    """Register the module that provides ``env_id`` when gymnasium does not know it yet.
+def _ensure_registered(env_id: str, imports: Iterable[str] = ()) -> str:
+    """Register what provides ``env_id`` and return its registry id (without ``module:``).
 
-    ale-py also registers ids without the ``ALE/`` prefix (``PongNoFrameskip-v4``), so an unknown
-    id gets one registration attempt before it is declared unknown.
+    The spec's ``imports`` and the id's own module are imported first. ale-py also registers
+    ids without the ``ALE/`` prefix (``PongNoFrameskip-v4``), so an id still unknown then gets
+    one ale-py registration attempt before it is declared unknown.
     """
-    if env_id.startswith("ALE/") or env_id not in gym.registry:
+    module, name = split_env_id(env_id)
+    import_env_modules([*imports, *([module] if module else [])])
+    if name.startswith("ALE/") or name not in gym.registry:
         _register_ale()
+    return name
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` naming close matches when ``env_id`` is not a registered id.
+def check_env_id(env_id: str, imports: Iterable[str] = ()) -> None:
+    """Raise ``ValueError`` when ``env_id`` is not registered once its modules are imported.
 
     Called when a plan is loaded, so a typo fails in the coordinator with a helpful message
-    instead of inside every actor.
+    (the module that cannot be imported, or close matches) instead of inside every actor.
     """
-    _ensure_registered(env_id)
-    if env_id in gym.registry:
+    imports = list(imports)
+    name = _ensure_registered(env_id, imports)
+    if name in gym.registry:
         return
-    matches = difflib.get_close_matches(env_id, list(gym.registry.keys()), n=5, cutoff=0.6)
+    module, _ = split_env_id(env_id)
+    if module is not None:
+        raise ValueError(f"module {module!r} imported but does not register {name!r}")
+    matches = difflib.get_close_matches(name, list(gym.registry.keys()), n=5, cutoff=0.6)
     hint = f"; close matches: {', '.join(matches)}" if matches else ""
-    raise ValueError(f"unknown environment id {env_id!r}{hint}")
+    where = f" (after importing {', '.join(imports)})" if imports else ""
+    raise ValueError(f"unknown environment id {name!r}{where}{hint}")
+
+
+def is_image_obs(description: Mapping[str, Any]) -> bool:
+    """Whether ``describe``'s spaces are pixel frames: uint8 of rank 3, the Nature CNN's input.
+
+    Such frames must reach the network as uint8 (the CNN scales them by 1/255); normalised,
+    they would be float32 and get an MLP over every pixel.
+    """
+    return description["obs_dtype"] == "uint8" and len(description["obs_shape"]) == 3
 
 
 def wrappers_for(env_id: str) -> list[Wrapper]:
@@ -107,24 +168,32 @@ def wrappers_for(env_id: str) -> list[Wrapper]:
 
 
 def make_env(
-    env_id: str, kwargs: Mapping[str, Any] | None = None, max_episode_steps: int | None = None
+    env_id: str,
+    kwargs: Mapping[str, Any] | None = None,
+    max_episode_steps: int | None = None,
+    imports: Iterable[str] = (),
+    render_mode: str | None = None,
 ) -> Callable[[], gym.Env]:
     """Return a thunk that builds one env, for ``SyncVectorEnv`` (which calls it in-process).
 
     Box actions are not clipped by a wrapper: ``ClipAction`` would widen the action space to
     infinite bounds (hiding them from ``describe``), and clipping once over the batch in the
-    sampler is cheaper than once per env.
+    sampler is cheaper than once per env. ``render_mode`` is for watching a trained agent
+    (``rgb_array`` frames for a video); training envs never render.
     """
     kwargs = dict(kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
+    imports = list(imports)
 
     def thunk() -> gym.Env:
-        _ensure_registered(env_id)
+        name = _ensure_registered(env_id, imports)
         # The passive checker only inspects the first calls but stays a wrapper layer on the
         # hot path; ids are validated by check_env_id instead.
         env = gym.make(
-            env_id, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs
+            name, max_episode_steps=max_episode_steps, disable_env_checker=True, **kwargs
         )
-        for wrap in wrappers_for(env_id):
+        for wrap in wrappers_for(name):
             env = wrap(env)
         return env
 
@@ -145,15 +214,15 @@ def make_vector_env(
     because the sampler copies every obs into its own buffers straight away.
     """
     spec = resolve_spec(env_spec)
-    _ensure_registered(spec["id"])
-    if is_atari(spec["id"]):
+    name = _ensure_registered(spec["id"], spec["imports"])
+    if is_atari(name):
         atari = make_atari_vector_env(
-            spec["id"], int(spec["num_envs"]), spec["kwargs"], training=training,
+            name, int(spec["num_envs"]), spec["kwargs"], training=training,
             max_episode_steps=spec["max_episode_steps"],
         )
         atari.reset(seed=seed)
         return atari
-    thunk = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])
+    thunk = make_env(name, spec["kwargs"], spec["max_episode_steps"])
     vec = gym.vector.SyncVectorEnv(
         [thunk] * int(spec["num_envs"]),
         copy=False,
@@ -182,15 +251,15 @@ def describe(env_spec: Mapping[str, Any]) -> dict[str, Any]:
     learner needs to size its buffers and pick its encoder.
     """
     spec = resolve_spec(env_spec)
-    _ensure_registered(spec["id"])
-    if is_atari(spec["id"]):
-        vec = make_atari_vector_env(spec["id"], 1, spec["kwargs"])
+    name = _ensure_registered(spec["id"], spec["imports"])
+    if is_atari(name):
+        vec = make_atari_vector_env(name, 1, spec["kwargs"])
         try:
             obs_space, act_space = vec.single_observation_space, vec.single_action_space
         finally:
             vec.close()
     else:
-        env = make_env(spec["id"], spec["kwargs"], spec["max_episode_steps"])()
+        env = make_env(name, spec["kwargs"], spec["max_episode_steps"])()
         try:
             obs_space, act_space = env.observation_space, env.action_space
         finally:

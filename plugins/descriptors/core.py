@@ -42,10 +42,15 @@ LOCAL_CONFIG = {
                      "module:function the workers run (tests wrap it to inject faults)."),
 }
 
+GYMNASIUM_CONFIG = {
+    "imports": Field("list[str]", [], "Modules to import first: packages that register their "
+                     "envs on import (an id may also name its module, as in mod:MyEnv-v0)."),
+}
+
 PLUGINS = [
     Plugin("gymnasium", "env", "plugins.env_gymnasium:make",
-           "Gymnasium ids (classic control, MuJoCo v5, ALE v5).",
-           validator="plugins.env_gymnasium:validate"),
+           "Gymnasium ids (classic control, MuJoCo v5, ALE v5, your own as module:EnvId).",
+           config=GYMNASIUM_CONFIG, validator="plugins.env_gymnasium:validate"),
     Plugin("ppo", "algo", "plugins.learner:make_ppo",
            "PPO: clipped surrogate, GAE, value clipping, entropy bonus (CleanRL-style).",
            config=PPO_CONFIG, actor="algos.actor:make_actor_policy"),
