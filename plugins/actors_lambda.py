@@ -37,6 +37,7 @@ import base64
 import contextlib
 import json
 import math
+import os
 import random
 import time
 from typing import Any
@@ -72,9 +73,11 @@ PREFLIGHT_S = 5.0
 
 
 def resolve_region(session: Any, configured: str | None) -> str:
-    """The plan's Region, else what the AWS configuration says (``AWS_REGION``,
-    ``AWS_DEFAULT_REGION``, the profile in ``AWS_CONFIG_FILE``), else us-east-1."""
-    return configured or session.get_config_variable("region") or FALLBACK_REGION
+    """The plan's Region, else ``AWS_REGION`` (which botocore does not read, but Lambda's own
+    runtime and the other AWS SDKs set and honour), else botocore's configuration
+    (``AWS_DEFAULT_REGION``, the profile's ``region``), else us-east-1."""
+    return (configured or os.environ.get("AWS_REGION") or session.get_config_variable("region")
+            or FALLBACK_REGION)
 
 
 def parse_report(log_result: str | None) -> dict[str, float]:

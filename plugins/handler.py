@@ -113,7 +113,8 @@ class _PolicyState:
 
 
 class _TransferClock:
-    """Milliseconds per byte of this environment's recent transfers to the transport.
+    """Milliseconds per byte of this environment's recent pushes (batches of one run are all
+    the same size, so the last ones predict the next).
 
     A batch must carry its own receipt, so the time to push it cannot be measured before it
     leaves: the receipt adds the push time this rate predicts (AWS bills until the handler
@@ -318,19 +319,18 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     cold = _warm.invocations == 0
     _warm.invocations += 1
     run_id, version = event["run_id"], event["version"]
-
-    client = _client(event["transport"], context)
     env_key = json.dumps([run_id, event["env"]], sort_keys=True)
     algo_key = json.dumps([run_id, event["algo"]], sort_keys=True)
+    sampler = _warm.samplers.get(env_key)
+    if sampler is None:
+        _check_registered(event["env"])  # before any connection or work
+    client = _client(event["transport"], context)
 
     state = _warm.policies.get(algo_key)
     if state is None:
         state = _warm.policies.put(algo_key, _PolicyState(_build_policy(event["algo"])))
     if state.version != version:
-        t_fetch = time.perf_counter()
-        raw = client.fetch_weights(run_id, version)
-        _warm.transfers.observe(len(raw), (time.perf_counter() - t_fetch) * 1000)
-        body = codec.decode(raw, kind="weights")
+        body = codec.decode(client.fetch_weights(run_id, version), kind="weights")
         if body.get("version") != version:
             raise ValueError(f"weights payload holds version {body.get('version')}, not {version}")
         weights = codec.require(body, "weights", dict)
@@ -338,9 +338,7 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
         state.obs_rms = weights.get("obs_rms")
         state.version = version
 
-    sampler = _warm.samplers.get(env_key)
     if sampler is None:
-        _check_registered(event["env"])
         from envs import Sampler
 
         sampler = _warm.samplers.put(env_key, Sampler(event["env"], seed=event["seed"]))

@@ -352,7 +352,7 @@ class LambdaEndpoint:
             stats.in_flight -= 1
         if error:
             stats.function_errors += 1
-        duration_ms = (time.perf_counter() - t0) * 1000
+        duration_ms = round((time.perf_counter() - t0) * 1000, 2)  # as the REPORT line shows it
         report = (f"REPORT RequestId: {request_id}\tDuration: {duration_ms:.2f} ms\t"
                   f"Billed Duration: {math.ceil(duration_ms)} ms\tMemory Size: {cfg.memory_mb} MB")
         if init_ms is not None:  # a cold start, reported the way Lambda does

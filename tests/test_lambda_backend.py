@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +14,7 @@ from typing import Any
 import pytest
 
 from kernel.plan import ACTORS, load_plan
-from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt
+from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
 from kernel.schema import PlanError, validate_table
 from plugins.actors_lambda import LambdaBackend
 from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
@@ -194,3 +196,96 @@ def test_event_mode_duplicates_are_used_once(actor_endpoint: Endpoint, redis_ser
     assert summary["lambda_duplicates_sent"] == 6
     assert summary["duplicate_batches"] >= 1
     assert summary["env_steps"] == 3 * 2 * 32 * 2  # each request id's batch counted once
+
+
+# -- Region, pre-flight, what failures and cold starts bill -------------------------------------
+
+
+def _started_region(url: str, monkeypatch: pytest.MonkeyPatch, **config: Any) -> str:
+    b = backend(url, **config)
+
+    async def main() -> str:
+        await b.start(None)  # type: ignore[arg-type]
+        try:
+            return str(b.client.meta.region_name)
+        finally:
+            await b.close()
+
+    return asyncio.run(main())
+
+
+def test_region_comes_from_the_aws_configuration(endpoint: Endpoint, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    for var in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    assert _started_region(endpoint.url, monkeypatch) == "us-east-1"  # nothing configured
+    config = tmp_path / "config"
+    config.write_text("[profile nitro-test]\nregion = ap-south-1\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    monkeypatch.setenv("AWS_PROFILE", "nitro-test")
+    assert _started_region(endpoint.url, monkeypatch) == "ap-south-1"  # the profile's
+    monkeypatch.setenv("AWS_REGION", "eu-west-3")
+    assert _started_region(endpoint.url, monkeypatch) == "eu-west-3"  # the environment wins
+    assert _started_region(endpoint.url, monkeypatch, region="sa-east-1") == "sa-east-1"
+
+
+def _preflight(b: LambdaBackend) -> float:
+    async def main() -> float:
+        await b.start(None)  # type: ignore[arg-type]
+        t0 = time.monotonic()
+        try:
+            await b.preflight()
+        finally:
+            elapsed = time.monotonic() - t0
+            await b.close()
+        return elapsed
+
+    return asyncio.run(main())
+
+
+def test_preflight_names_an_unreachable_endpoint_quickly() -> None:
+    closed = Endpoint()  # a free port with nobody listening
+    with pytest.raises(Unreachable) as info:
+        _preflight(backend(closed.url))
+    message = str(info.value)
+    assert "\n" not in message
+    assert f"cannot reach the Lambda endpoint at {closed.url}" in message
+    assert "is `nitro lambda serve` running?" in message
+
+
+def test_preflight_runs_nothing_and_names_a_missing_function(endpoint: Endpoint) -> None:
+    before = endpoint.stats()
+    assert _preflight(backend(endpoint.url)) < 5.0
+    after = endpoint.stats()
+    assert after["invocations"] == before["invocations"]  # a DryRun: the function never ran
+    assert after["dry_runs"] == before["dry_runs"] + 1
+    with pytest.raises(Unreachable, match="function 'no-such-function' not found"):
+        _preflight(backend(endpoint.url, function="no-such-function"))
+
+
+def test_failures_keep_the_duration_aws_bills(endpoint: Endpoint) -> None:
+    [err] = call(backend(endpoint.url), [{"op": "sleep", "seconds": 5}])
+    assert isinstance(err, InvocationFailed) and err.reason.startswith("Sandbox.Timedout")
+    # Killed at the 1.5 s function timeout: billed for it, from the REPORT line.
+    assert 1500 <= err.duration_ms < 5000  # type: ignore[attr-defined]
+    assert err.billed_ms >= 1500  # type: ignore[attr-defined]
+    [err] = call(backend(endpoint.url, invoke_deadline_s=0.4), [{"op": "sleep", "seconds": 1}])
+    assert err.reason == "deadline" and err.cancelled  # type: ignore[union-attr]
+    assert 350 <= err.duration_ms < 1000  # type: ignore[union-attr]
+
+
+def test_cold_start_init_and_billed_duration_come_from_the_report_line() -> None:
+    ep = Endpoint("--handler", "tests.lambda_handlers:dispatch", "--preload", "",
+                  "--concurrency", "1", "--timeout-s", "5").start()
+    try:
+        first, second = (call(backend(ep.url), [{"op": "sleep", "seconds": 0.05}])[0]
+                         for _ in range(2))
+    finally:
+        ep.stop()
+    assert isinstance(first, Receipt) and isinstance(second, Receipt)
+    assert first.cold_start and first.init_ms > 0  # Init Duration of the worker's set-up
+    assert not second.cold_start and second.init_ms == 0
+    for receipt in (first, second):
+        assert receipt.duration_ms >= 50
+        assert receipt.billed_ms == math.ceil(receipt.duration_ms)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -188,3 +189,119 @@ def test_sigterm_drains_and_exits_cleanly() -> None:
         assert reply.status == 200
     assert ep.stop() == 0
     assert "lambda_endpoint_closed" in ep.log()
+
+
+# -- hostile requests, bounded queues, start-up refusals ------------------------------------------
+
+
+def _post(ep: Endpoint, body: bytes, kind: str = "RequestResponse") -> tuple[int, dict, bytes]:
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{ep.url}/2015-03-31/functions/{FUNCTION}/invocations", data=body, method="POST",
+        headers={"X-Amz-Invocation-Type": kind})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as reply:
+            return reply.status, dict(reply.headers), reply.read()
+    except urllib.error.HTTPError as err:
+        return err.code, dict(err.headers), err.read()
+
+
+def test_hostile_requests_get_400_and_never_take_a_worker() -> None:
+    concurrency = 2
+    ep = Endpoint("--handler", "tests.lambda_handlers:dispatch", "--preload", "",
+                  "--concurrency", str(concurrency), "--timeout-s", "5").start()
+    try:
+        big_int = b'{"op": "echo", "n": 18446744073709551616}'  # 2**64: msgpack cannot carry it
+        hostile = [
+            (big_int, "RequestResponse"),
+            (big_int, "Event"),
+            (b"[" * 100_000 + b"]" * 100_000, "RequestResponse"),  # past the JSON parser's depth
+            (b'{"a": ' * 50_000 + b"1" + b"}" * 50_000, "Event"),
+        ]
+        for body, kind in hostile * concurrency:
+            status, headers, reply = _post(ep, body, kind)
+            assert status == 400, (kind, reply[:200])
+            assert headers["x-amzn-ErrorType"] == "InvalidRequestContentException"
+        # Every worker is still there: a valid call runs at once, with no function error.
+        status, headers, reply = _post(ep, json.dumps({"op": "echo"}).encode())
+        assert status == 200 and "X-Amz-Function-Error" not in headers, reply
+        stats = ep.stats()
+        assert stats["bad_requests"] == len(hostile) * concurrency
+        assert stats["invocations"] == 1 and stats["timeouts"] == 0
+    finally:
+        ep.stop()
+
+
+def test_a_throttled_sync_call_is_refused_before_its_body_is_read() -> None:
+    import socket
+    import threading
+
+    ep = Endpoint("--handler", "tests.lambda_handlers:dispatch", "--preload", "",
+                  "--concurrency", "1", "--timeout-s", "10").start()
+    try:
+        busy = threading.Thread(
+            target=_post, args=(ep, json.dumps({"op": "sleep", "seconds": 3}).encode()))
+        busy.start()
+        for _ in range(200):
+            if ep.stats()["in_flight"] == 1:
+                break
+            time.sleep(0.02)
+        # Headers announcing 5 MB, and no body: the server must answer without waiting for it.
+        with socket.create_connection(("127.0.0.1", ep.port), timeout=2) as sock:
+            sock.sendall(
+                f"POST /2015-03-31/functions/{FUNCTION}/invocations HTTP/1.1\r\n"
+                f"Host: 127.0.0.1\r\nContent-Length: {5 * 1024 * 1024}\r\n"
+                "X-Amz-Invocation-Type: RequestResponse\r\n\r\n".encode())
+            head = sock.recv(4096).decode(errors="replace")
+        assert head.startswith("HTTP/1.1 429"), head[:200]
+        assert "TooManyRequestsException" in head
+        busy.join()
+    finally:
+        ep.stop()
+
+
+def test_the_event_queue_is_bounded() -> None:
+    ep = Endpoint("--handler", "tests.lambda_handlers:dispatch", "--preload", "",
+                  "--concurrency", "1", "--timeout-s", "10", "--max-queued-events", "3").start()
+    try:
+        body = json.dumps({"op": "sleep", "seconds": 1.0}).encode()
+        statuses = [_post(ep, body, "Event")[0] for _ in range(6)]
+        assert statuses[:3] == [202, 202, 202]
+        assert statuses[3:] == [429, 429, 429]
+        stats = ep.stats()
+        assert stats["event_queue_full"] == 3 and stats["queued_events"] <= 3
+        assert stats["event_invocations"] == 3
+    finally:
+        ep.stop()
+
+
+def _serve(*args: str) -> Any:
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "kernel", "lambda", "serve", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_a_non_loopback_host_needs_allow_remote() -> None:
+    result = _serve("--host", "0.0.0.0", "--port", "9", "--preload", "")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr
+    assert "--allow-remote" in lines[0] and "0.0.0.0" in lines[0]
+
+
+def test_a_busy_port_is_one_line_and_exit_2() -> None:
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _serve("--port", str(port), "--preload", "")
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.strip().splitlines() if line]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    assert f"port {port}" in lines[0] and "already in use" in lines[0]
