@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all bench peers lint clean
+.PHONY: install run test test-all bench bench-quick peers lint clean
 
 install: $(STAMP)
 
@@ -28,8 +28,14 @@ test-all: install
 peers:
 	-bash perf/peers/setup.sh
 
+# Measures everything (hours, peers included) and renders perf/RESULTS.md from perf/results/.
 bench: install peers
 	$(PY) perf/run_all.py
+
+# Every benchmark at its smallest (under 15 minutes), into runs/bench-quick/ (results and a
+# RESULTS.md), never over the published numbers; peers are used where `make peers` installed them.
+bench-quick: install
+	$(PY) perf/run_all.py --quick
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -28,6 +28,8 @@ from typing import Any
 import common as c
 
 GOAL = 1.5
+#: Seeds below which the verdict is flagged as resting on seed luck.
+MIN_SEEDS = 10
 PLAN = c.ROOT / "plans" / "cartpole.toml"
 IMPLS = ("nitro", "ppo_minimal")
 #: (label, row key): the headline first.
@@ -111,10 +113,14 @@ def render(data: dict[str, Any]) -> str:
         [[r["impl"], r["seed"], r.get("reached"), r.get("env_steps"), r.get("wall_s"),
           r.get("process_s"), r.get("eval_s"), r.get("sps"),
           r.get("final_eval_return", r.get("error"))] for r in rows])
+    seeds = sorted({r["seed"] for r in rows})
+    few = (f" **Only {len(seeds)} seeds**: fewer than the {MIN_SEEDS} this verdict needs (the "
+           "time to 475 spreads several fold between seeds); re-measure with "
+           "`python perf/cartpole_time.py`." if len(seeds) < MIN_SEEDS else "")
     threads = data.get("baseline_threads")
     note = f" {data['note']}" if data.get("note") else ""
     return (
-        f"{summary}\n\nSeeds {c.seed_list(r['seed'] for r in rows)}; intervals are 95% "
+        f"{summary}\n\nSeeds {c.seed_list(seeds)}.{few} Intervals are 95% "
         "percentile bootstraps over seeds (ratios resample the seeds in pairs). Goal: Nitro's "
         f"median time to 475 within {GOAL}x of the minimal loop's, whole process: ratio "
         f"{c.fmt(headline)} — **{verdict}** (on each side's own run clock: "

@@ -76,12 +76,18 @@ def main() -> None:
             grad_clip_by="global_norm", use_kl_loss=False, kl_coeff=0.0,
             vf_clip_param=math.inf,
         )
-        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[64, 64],
-                                                   fcnet_activation="tanh",
-                                                   vf_share_layers=False))
+        # Hidden layers initialised as Nitro's and SB3's (orthogonal, gain sqrt 2, zero bias);
+        # RLlib's config reaches no further: its output layers keep torch's default init.
+        .rl_module(model_config=DefaultModelConfig(
+            fcnet_hiddens=[64, 64], fcnet_activation="tanh", vf_share_layers=False,
+            fcnet_kernel_initializer="orthogonal_",
+            fcnet_kernel_initializer_kwargs={"gain": math.sqrt(2)},
+            fcnet_bias_initializer="zeros_"))
+        # Nitro's eval probe: 10 episodes spread over 8 envs, deterministic actions.
         .evaluation(evaluation_num_env_runners=0, evaluation_duration=10,
                     evaluation_duration_unit="episodes",
-                    evaluation_config=PPOConfig.overrides(explore=False))
+                    evaluation_config=PPOConfig.overrides(explore=False,
+                                                          num_envs_per_env_runner=8))
         .debugging(seed=args.seed)
     )
     if t["normalize"]:
@@ -91,6 +97,7 @@ def main() -> None:
     algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
     t_first = time.perf_counter()
     env_steps, iteration, final, eval_s, train_return = 0, 0, None, 0.0, None
+    evaluations = 0
     while env_steps < total:
         result = algo.train()
         iteration += 1
@@ -100,6 +107,7 @@ def main() -> None:
             t0 = time.perf_counter()
             final = find(algo.evaluate(), "episode_return_mean")
             eval_s += time.perf_counter() - t0
+            evaluations += 1
             if final is not None and final >= t["target"]:
                 break
     wall_s = time.perf_counter() - t_first
@@ -117,7 +125,8 @@ def main() -> None:
         "env_steps": env_steps, "wall_s": wall_s, "eval_s": eval_s,
         "startup_s": t_first - T_PROCESS, "sps": env_steps / wall_s,
         "final_eval_return": final, "train_return_last": train_return,
-        "iterations": iteration, "gymnasium": gym.__version__, "torch": torch.__version__,
+        "iterations": iteration, "evaluations": evaluations,
+        "gymnasium": gym.__version__, "torch": torch.__version__,
     }), flush=True)
 
 
