@@ -158,26 +158,36 @@ def _save(fig: Any, path: Path, legend_ax: Any = None, handles: Any = None) -> P
     return path
 
 
-def _colors(n: int) -> list[Any]:
+def run_colors(n: int) -> list[Any]:
+    """Distinct colours for n runs: matplotlib's cycle while it lasts (10), then evenly spaced
+    hues of one colour map, so the 11th run never wears the 1st one's colour."""
     import matplotlib.pyplot as plt
 
     cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
-    return [cycle[i % len(cycle)] for i in range(n)]
+    if n <= len(cycle):
+        return list(cycle[:n])
+    cmap = plt.get_cmap("tab20" if n <= 20 else "turbo")
+    return [cmap(i / (n - 1) if n > 20 else i) for i in range(n)]
+
+
+def usd_unit(runs: list[RunData]) -> tuple[float, str]:
+    """One unit for every cost axis of a report: cents while the dearest run stays under a
+    dollar (ticks like 0.0025 dollars are hard to read), dollars above."""
+    top = max((max(run.cost_usd, default=0.0) for run in runs), default=0.0)
+    return (100.0, "US cents") if top < 1 else (1.0, "US$")
 
 
 def _eval_figure(runs: list[RunData], xs_of: Any, xlabel: str, title: str, path: Path,
                  xscale: float = 1.0) -> Path:
     fig, ax = _figure(title)
     handles = []
-    for run, color in zip(runs, _colors(len(runs)), strict=True):
+    for run, color in zip(runs, run_colors(len(runs)), strict=True):
         x, y = run.points([v * xscale for v in xs_of(run)])
         (line,) = ax.plot(x, y, marker="o", markersize=3, color=color, label=run.label)
         handles.append(line)
     ax.set_xlabel(xlabel)
     ax.set_ylabel("eval return (mean over eval episodes)")
     ax.set_xlim(left=0)
-    if not any(run.points(xs_of(run))[0] for run in runs):
-        ax.text(0.5, 0.5, "no evaluation in these runs", ha="center", transform=ax.transAxes)
     return _save(fig, path, handles=handles)
 
 
@@ -213,12 +223,12 @@ def actors_figure(runs: list[RunData], path: Path) -> Path:
     ax = axes[0][0]
     ax.set_title("Actors per round" + (" and the boost score behind them" if rows == 2 else ""))
     handles = []
-    for run, color in zip(runs, _colors(len(runs)), strict=True):
+    for run, color in zip(runs, run_colors(len(runs)), strict=True):
         if not run.rounds:
             continue
-        xs = [*run.rounds, run.rounds[-1] + 1]
-        (line,) = ax.step(xs, [*run.actors, run.actors[-1]], where="post", color=color,
-                          label=run.label)
+        # Centred steps: each round's count spans that round only, and the line ends at the
+        # last round the run played.
+        (line,) = ax.step(run.rounds, run.actors, where="mid", color=color, label=run.label)
         handles.append(line)
     ax.set_ylabel("actors in the round")
     ax.set_ylim(bottom=0)
@@ -226,9 +236,11 @@ def actors_figure(runs: list[RunData], path: Path) -> Path:
     ax.grid(True, alpha=0.3)
     if rows == 2:
         score_ax = axes[1][0]
-        for run, color in zip(runs, _colors(len(runs)), strict=True):
+        for run, color in zip(runs, run_colors(len(runs)), strict=True):
+            last = run.rounds[-1] if run.rounds else 0
+            # The score after the last round sized a round that never ran: not drawn.
             points = [(r + 1, s) for r, s in zip(run.rounds, run.score, strict=True)
-                      if s is not None]
+                      if s is not None and r < last]
             if points:
                 score_ax.plot([p[0] for p in points], [p[1] for p in points], marker=".",
                               color=color)
@@ -242,31 +254,42 @@ def actors_figure(runs: list[RunData], path: Path) -> Path:
 
 def cost_figure(runs: list[RunData], path: Path) -> Path:
     fig, ax = _figure("Cost per round")
+    scale, unit = usd_unit(runs)
     handles = []
-    for run, color in zip(runs, _colors(len(runs)), strict=True):
-        cents = [c * 100 for c in run.round_cost_usd]
-        (line,) = ax.step(run.rounds, cents, where="mid", color=color, label=run.label)
+    for run, color in zip(runs, run_colors(len(runs)), strict=True):
+        costs = [c * scale for c in run.round_cost_usd]
+        (line,) = ax.step(run.rounds, costs, where="mid", color=color, label=run.label)
         handles.append(line)
     ax.set_xlabel("round")
-    ax.set_ylabel("cost of the round (US cents)")
+    ax.set_ylabel(f"cost of the round ({unit})")
     ax.set_ylim(bottom=0)
     return _save(fig, path, handles=handles)
 
 
 def write_figures(runs: list[RunData], out: Path) -> list[Path]:
+    """The figures the runs have data for: runs without any evaluation get no return figures
+    (empty axes with made-up ranges would read as data)."""
     out.mkdir(parents=True, exist_ok=True)
     time_of, time_name, time_key = _time_axis(runs)
     scale, unit = _time_unit(runs, time_of)
-    return [
-        _eval_figure(runs, lambda r: r.env_steps, "environment steps",
-                     "Eval return against environment steps", out / "return_vs_env_steps.png"),
-        _eval_figure(runs, time_of, f"{time_name} ({unit})", f"Eval return against {time_name}",
-                     out / f"return_vs_{time_key}_time.png", xscale=scale),
-        _eval_figure(runs, lambda r: r.cost_usd, "cumulative cost (US$)",
-                     "Eval return against cost", out / "return_vs_cost.png"),
-        actors_figure(runs, out / "actors_per_round.png"),
-        cost_figure(runs, out / "cost_per_round.png"),
-    ]
+    usd_scale, usd_label = usd_unit(runs)
+    figures = []
+    if any(value is not None for run in runs for value in run.eval_return):
+        figures += [
+            _eval_figure(runs, lambda r: r.env_steps, "environment steps",
+                         "Eval return against environment steps",
+                         out / "return_vs_env_steps.png"),
+            _eval_figure(runs, time_of, f"{time_name} ({unit})",
+                         f"Eval return against {time_name}",
+                         out / f"return_vs_{time_key}_time.png", xscale=scale),
+            _eval_figure(runs, lambda r: r.cost_usd, f"cumulative cost ({usd_label})",
+                         "Eval return against cost", out / "return_vs_cost.png",
+                         xscale=usd_scale),
+        ]
+    else:
+        log.info("report_no_evaluation", runs=len(runs), skipped="return figures")
+    return [*figures, actors_figure(runs, out / "actors_per_round.png"),
+            cost_figure(runs, out / "cost_per_round.png")]
 
 
 # -- table -----------------------------------------------------------------------------------

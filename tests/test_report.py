@@ -128,3 +128,60 @@ def test_command_names_a_directory_that_is_not_a_run(tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     assert cli("report", str(tmp_path), "--out", str(tmp_path / "o")) == 2
     assert f"{tmp_path}: no events.jsonl" in capsys.readouterr().err
+
+
+def test_runs_without_evaluation_draw_no_return_figures(tmp_path: Path) -> None:
+    path = write_run(tmp_path / "a", name="cp", scaler="fixed", seed=1)
+    lines = (path / "events.jsonl").read_text().splitlines()
+    no_eval = [json.loads(line) | ({"eval_return": None} if "eval_return" in line else {})
+               for line in lines]
+    (path / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in no_eval))
+    figures, _ = report([path], tmp_path / "out")
+    assert sorted(p.name for p in figures) == ["actors_per_round.png", "cost_per_round.png"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "actors_per_round.png", "cost_per_round.png"]
+
+
+def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Figures as they are saved (axes, lines and labels), before they are closed."""
+    import plugins.report as rep
+
+    figures: list[Any] = []
+    save = rep._save
+
+    def keep(fig: Any, path: Path, legend_ax: Any = None, handles: Any = None) -> Path:
+        figures.append({"path": path.name, "axes": [
+            {"xlabel": ax.get_xlabel(), "ylabel": ax.get_ylabel(),
+             "x": [list(line.get_xdata()) for line in ax.get_lines()]} for ax in fig.axes]})
+        return save(fig, path, legend_ax, handles)
+
+    monkeypatch.setattr(rep, "_save", keep)
+    return figures
+
+
+def test_actors_and_scores_end_at_the_last_round(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = _drawn(monkeypatch)
+    report([write_run(tmp_path / "a", name="cp", scaler="nitro", seed=1, rounds=6)],
+           tmp_path / "out")
+    (actors,) = [f for f in figures if f["path"] == "actors_per_round.png"]
+    for ax in actors["axes"]:
+        assert max(max(x) for x in ax["x"]) == 6
+
+
+def test_cost_axes_share_one_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    figures = _drawn(monkeypatch)
+    report([write_run(tmp_path / "a", name="cp", scaler="nitro", seed=1)], tmp_path / "out")
+    labels = {f["path"]: f["axes"][0] for f in figures}
+    assert labels["return_vs_cost.png"]["xlabel"] == "cumulative cost (US cents)"
+    assert labels["cost_per_round.png"]["ylabel"] == "cost of the round (US cents)"
+    # Cents on the axis: the run's total of $0.012 is drawn at 1.2, not 0.012.
+    assert max(labels["return_vs_cost.png"]["x"][0]) == pytest.approx(1.2)
+
+
+def test_colours_do_not_repeat_for_many_runs() -> None:
+    from plugins.report import run_colors
+
+    for n in (3, 10, 11, 20, 35):
+        colours = [str(c) for c in run_colors(n)]
+        assert len(set(colours)) == n, n
