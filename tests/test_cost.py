@@ -307,3 +307,19 @@ def test_the_estimate_follows_learner_time_growing_with_the_batch() -> None:
     assert model.estimate_round_usd(last, 12) * 1.0 >= sum(
         model.charge(record([100.0] * 12, sim_time_s=1.6),
                      [receipt(i, 100.0) for i in range(12)]).values())
+
+
+def test_the_estimate_survives_a_checkpoint() -> None:
+    """A resumed run must estimate (and so allocate) as the uninterrupted one would."""
+    from kernel import codec
+
+    model = cost_model({"simulate": True})
+    world = World(5, jitter=0.05)
+    for n in (8, 16, 12):
+        last, receipts = world.round(n)
+        model.charge(last, receipts)
+    body = codec.decode(codec.encode("checkpoint", {"cost": model.state()}), kind="checkpoint")
+    again = cost_model({"simulate": True})
+    again.load_state(body["cost"])
+    assert [again.estimate_round_usd(last, n) for n in (8, 20, 64)] == \
+        [model.estimate_round_usd(last, n) for n in (8, 20, 64)]
