@@ -67,6 +67,27 @@ class _MLP:
         return x
 
 
+def sample_actions(out: np.ndarray, log_std: np.ndarray, rng: np.random.Generator,
+                   discrete: bool, values: np.ndarray
+                   ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Actions drawn from the policy head's output `out` [E, n] (categorical logits, or the
+    Gaussian mean with state-independent `log_std`), with their logprobs; the formulas of
+    `algos.nets.ActorCritic`, so any numpy-side policy scores actions as the learner does."""
+    if discrete:
+        shifted = out - out.max(axis=-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+        cdf = np.cumsum(np.exp(log_probs), axis=-1)
+        u = rng.random((len(out), 1), dtype=np.float32) * cdf[:, -1:]
+        actions = np.minimum((cdf < u).sum(axis=-1), out.shape[-1] - 1)
+        logprobs = np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
+    else:
+        noise = rng.standard_normal(out.shape, dtype=np.float32)
+        actions = out + noise * np.exp(log_std)
+        # log N(a; mu, std) summed over action dims, with (a - mu) / std = noise.
+        logprobs = (-0.5 * noise * noise - log_std - _HALF_LOG_2PI).sum(axis=-1)
+    return actions, {"logprobs": logprobs.astype(np.float32), "values": values}
+
+
 class MLPPolicy:
     """Drop-in for `ActorPolicy` on vector observations (same spec, weights and methods)."""
 
@@ -112,21 +133,8 @@ class MLPPolicy:
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Sample actions for a batch [E, *obs_shape]; also return their logprobs and values."""
         x = self._flat(obs)
-        out = self.actor(x)  # type: ignore[misc]
         values = self.critic(x)[:, 0]  # type: ignore[misc]
-        if self.discrete:
-            shifted = out - out.max(axis=-1, keepdims=True)
-            log_probs = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
-            cdf = np.cumsum(np.exp(log_probs), axis=-1)
-            u = self.rng.random((len(x), 1), dtype=np.float32) * cdf[:, -1:]
-            actions = np.minimum((cdf < u).sum(axis=-1), out.shape[-1] - 1)
-            logprobs = np.take_along_axis(log_probs, actions[:, None], axis=-1)[:, 0]
-        else:
-            noise = self.rng.standard_normal(out.shape, dtype=np.float32)
-            actions = out + noise * np.exp(self.log_std)
-            # log N(a; mu, std) summed over action dims, with (a - mu) / std = noise.
-            logprobs = (-0.5 * noise * noise - self.log_std - _HALF_LOG_2PI).sum(axis=-1)
-        return actions, {"logprobs": logprobs.astype(np.float32), "values": values}
+        return sample_actions(self.actor(x), self.log_std, self.rng, self.discrete, values)  # type: ignore[misc]
 
     def act_deterministic(self, obs: np.ndarray) -> np.ndarray:
         """Most likely action (argmax / Gaussian mean), for evaluation."""

@@ -9,9 +9,12 @@ Rows (all on one core, one torch thread, like a local worker or a 1-vCPU Lambda)
   the alternative we did not pick (only when OpenCV is installed);
 - Sampler + random policy: ``envs.Sampler.sample`` with a numpy policy (the rollout buffers,
   reward clipping and episode tracking on top of the vector env);
-- Sampler + ActorPolicy: the same with the real Nature-CNN actor (what an actor really does).
+- Sampler + ActorPolicy: the same with the Nature-CNN actor in eager torch;
+- Sampler + CNNPolicy: the same network on ONNX Runtime (``algos.policy_onnx``, the actor's
+  policy when the optional ``onnx`` extra is installed).
 
-Each row prints steps/s and its ratio to the raw row measured in the same run.
+Repeats are interleaved (every row once, then again), so a busy neighbour slows all rows alike;
+each row prints its best steps/s and its ratio to the raw row measured in the same run.
 
     .venv/bin/python perf/atari_sps.py --quick
 """
@@ -40,14 +43,11 @@ class RandomPolicy:
         return np.zeros(len(obs), dtype=np.float32)
 
 
-def timed(fn: Callable[[], int], repeats: int) -> float:
-    """Best steps/s over ``repeats`` runs of ``fn`` (which returns the agent steps it took)."""
-    best = 0.0
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        steps = fn()
-        best = max(best, steps / (time.perf_counter() - t0))
-    return best
+def timed(fn: Callable[[], int]) -> float:
+    """Steps/s of one run of ``fn`` (which returns the agent steps it took)."""
+    t0 = time.perf_counter()
+    steps = fn()
+    return steps / (time.perf_counter() - t0)
 
 
 def raw(env_id: str, steps: int) -> Callable[[], int]:
@@ -142,6 +142,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     from algos.policy import ActorPolicy
+    from algos.policy_onnx import CNNPolicy, onnx_available
     from algos.ppo import PPO
     from envs import describe
 
@@ -152,6 +153,10 @@ def main() -> None:
     core = PPO(spaces)
     actor = ActorPolicy(core.actor_spec())
     actor.load(core.weights())
+    onnx_actor = None
+    if onnx_available():
+        onnx_actor = CNNPolicy(core.actor_spec())
+        onnx_actor.load(core.weights())
 
     rows: list[tuple[str, Callable[[], int] | None]] = [
         ("raw ale-py (1 env, no preprocessing)", raw(args.env_id, steps)),
@@ -159,16 +164,22 @@ def main() -> None:
         (f"gymnasium wrappers x{args.num_envs} (OpenCV)",
          gym_wrappers(args.env_id, args.num_envs, steps)),
         ("Sampler + random numpy policy", sampler(spec, steps, RandomPolicy(n))),
-        ("Sampler + ActorPolicy (Nature CNN)", sampler(spec, steps, actor)),
+        ("Sampler + ActorPolicy (Nature CNN, torch)", sampler(spec, steps, actor)),
+        ("Sampler + CNNPolicy (Nature CNN, ONNX Runtime)",
+         sampler(spec, steps, onnx_actor) if onnx_actor is not None else None),
     ]
+    best = {name: 0.0 for name, fn in rows if fn is not None}
+    for _ in range(repeats):
+        for name, fn in rows:
+            if fn is not None:
+                best[name] = max(best[name], timed(fn))
     print(f"{args.env_id}: agent steps/s on one core, {steps} steps per row, best of {repeats}")
-    baseline = None
+    baseline = best[rows[0][0]]
     for name, fn in rows:
         if fn is None:
-            print(f"  {name:<48} skipped (opencv-python-headless not installed)")
+            print(f"  {name:<48} skipped (its optional package is not installed)")
             continue
-        sps = timed(fn, repeats)
-        baseline = baseline or sps
+        sps = best[name]
         print(f"  {name:<48} {sps:>9,.0f}   x{sps / baseline:.2f} of raw")
 
 

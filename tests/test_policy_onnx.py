@@ -1,0 +1,115 @@
+"""The ONNX Runtime Nature-CNN policy: the learner's outputs on real Pong frames, the softmax's
+samples, replayable noise, channels-last learner frames, and a pixel actor without torch."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from algos.policy_onnx import CNNPolicy, onnx_available
+from algos.ppo import PPO
+from envs import make_vector_env
+from tests.test_algos_ppo import DISCRETE, PIXELS
+
+pytestmark = pytest.mark.skipif(not onnx_available(), reason="the optional onnx extra is absent")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pong_frames(n: int = 8) -> np.ndarray:
+    """Real preprocessed Pong observations a few random steps into a game."""
+    envs = make_vector_env({"id": "ALE/Pong-v5", "num_envs": n}, seed=0)
+    obs, _ = envs.reset(seed=0)
+    rng = np.random.default_rng(0)
+    for _ in range(40):
+        obs, *_ = envs.step(rng.integers(0, 6, n))
+    envs.close()
+    return np.array(obs)
+
+
+def loaded(**scale: float) -> tuple[PPO, CNNPolicy]:
+    torch.manual_seed(0)
+    ppo = PPO(PIXELS)
+    with torch.no_grad():
+        ppo.model.actor.weight.mul_(scale.get("actor", 1.0))
+    policy = CNNPolicy(ppo.actor_spec())
+    policy.load(ppo.weights())
+    return ppo, policy
+
+
+def test_outputs_match_the_learner_on_pong_frames() -> None:
+    ppo, policy = loaded(actor=100.0)  # logits far from uniform, so a wrong head shows
+    obs = pong_frames()
+    assert obs.dtype == np.uint8 and obs.shape == (8, *PIXELS["obs_shape"])
+    with torch.no_grad():
+        logits, values = ppo.model.heads(torch.from_numpy(obs))
+    out, value = policy.heads(obs)
+    np.testing.assert_allclose(out, logits.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(value, values.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(policy.act_deterministic(obs), logits.argmax(-1).numpy())
+    np.testing.assert_allclose(policy.value(obs), values.numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_samples_follow_the_softmax_and_score_like_the_learner() -> None:
+    ppo, policy = loaded(actor=100.0)
+    obs = np.repeat(pong_frames(1), 4000, axis=0)
+    policy.reseed(3)
+    actions, extras = policy.act(obs)
+    _, logprob, _, value = ppo.model(torch.from_numpy(obs[:50]), torch.from_numpy(actions[:50]))
+    np.testing.assert_allclose(extras["logprobs"][:50], logprob.detach().numpy(), atol=1e-4)
+    np.testing.assert_allclose(extras["values"][:50], value.detach().numpy(), atol=1e-4)
+    with torch.no_grad():
+        probs = torch.softmax(ppo.model.heads(torch.from_numpy(obs[:1]))[0], -1)[0].numpy()
+    freq = np.bincount(actions, minlength=6) / len(actions)
+    sigma = np.sqrt(probs * (1 - probs) / len(actions))
+    assert np.all(np.abs(freq - probs) <= 4 * sigma + 1e-6), (freq, probs)
+
+
+def test_reseeding_replays_the_actions() -> None:
+    _, policy = loaded()
+    obs = pong_frames()
+    policy.reseed(7)
+    first = policy.act(obs)[0]
+    policy.reseed(7)
+    np.testing.assert_array_equal(policy.act(obs)[0], first)
+
+
+def test_vector_specs_and_missing_weights_are_refused() -> None:
+    with pytest.raises(ValueError, match="pixel"):
+        CNNPolicy(PPO(DISCRETE).actor_spec())
+    policy = CNNPolicy(PPO(PIXELS).actor_spec())
+    with pytest.raises(RuntimeError, match="load weights"):
+        policy.act(pong_frames(1))
+    policy.load(PPO(PIXELS).weights())
+    with pytest.raises(ValueError, match="uint8"):
+        policy.act(pong_frames(1).astype(np.float32))
+    weights: dict[str, Any] = PPO(PIXELS).weights()
+    del weights["trunk.convs.2.weight"]
+    with pytest.raises(KeyError, match="trunk.convs.2.weight"):
+        policy.load(weights)
+
+
+def test_a_pixel_actor_never_imports_torch(tmp_path: Path) -> None:
+    """A cold serverless actor would pay ~1 s for `import torch`; the ONNX policy avoids it."""
+    np.savez(tmp_path / "w.npz", **PPO(PIXELS).weights())
+    script = f"""
+import sys
+import numpy as np
+from algos.policy_onnx import CNNPolicy
+from envs import Sampler
+spec = {{"spaces": {PIXELS!r}, "net": {{"hidden_sizes": [64, 64], "activation": "tanh"}}}}
+policy = CNNPolicy(spec)
+policy.load(dict(np.load({str(tmp_path / "w.npz")!r})))
+env = {{"id": "ALE/Pong-v5", "num_envs": 2, "normalize_obs": False, "normalize_reward": False}}
+rollout = Sampler(env, seed=0).sample(policy, 16)
+assert rollout["actions"].shape == (16, 2) and rollout["obs"].dtype == np.uint8
+assert "torch" not in sys.modules, "torch was imported"
+"""
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
