@@ -67,6 +67,8 @@ MAX_LAYER_SIZE = 8192
 MAX_PARAMETERS = 1 << 26
 MAX_OBS_ELEMENTS = 1 << 22
 MAX_ACTIONS = 1 << 16
+#: What rollouts carry: float32 after normalisation, or the env's own integer pixels.
+OBS_DTYPES = {"float32", "uint8"}
 #: Execution environments keep this many runs' envs, policies and connections warm.
 WARM_RUNS = 2
 
@@ -250,18 +252,20 @@ def _check_registered(env: dict[str, Any]) -> None:
 def _check_algo(algo: dict[str, Any]) -> None:
     if not isinstance(algo.get("algo"), str):
         raise EventRefused("bad_event", "algo spec must name its algorithm ('algo')")
-    spaces, net = algo.get("spaces", {}), algo.get("net", {})
+    spaces, net = algo.get("spaces"), algo.get("net", {})
     if not isinstance(spaces, dict) or not isinstance(net, dict):
-        raise EventRefused("bad_event", "algo spaces and net must be tables")
-    obs_shape = spaces.get("obs_shape", [1])
+        raise EventRefused("bad_event", "algo spec needs a spaces table (and net, if any)")
+    obs_shape = spaces.get("obs_shape")
     if (not isinstance(obs_shape, list) or not 1 <= len(obs_shape) <= 4
             or not all(_is_int(d) and d >= 1 for d in obs_shape)
             or math.prod(obs_shape) > MAX_OBS_ELEMENTS):
         raise EventRefused("bounds", f"algo obs_shape must be 1..4 positive sizes of at most "
                                      f"{MAX_OBS_ELEMENTS} elements")
-    action = spaces.get("action", {})
-    if not isinstance(action, dict):
-        raise EventRefused("bad_event", "algo action must be a table")
+    if spaces.get("obs_dtype") not in OBS_DTYPES:
+        raise EventRefused("bad_event", f"algo obs_dtype must be one of {sorted(OBS_DTYPES)}")
+    action = spaces.get("action")
+    if not isinstance(action, dict) or action.get("kind") not in ("discrete", "box"):
+        raise EventRefused("bad_event", "algo action must be a discrete or box table")
     n = action.get("n", 1)
     shape = action.get("shape", [1])
     if (not _is_int(n) or not 1 <= n <= MAX_ACTIONS or not isinstance(shape, list)

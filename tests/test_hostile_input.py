@@ -233,7 +233,10 @@ def test_well_shaped_batches_that_would_break_the_update_are_refused(
 
 def _event(**changes: Any) -> dict[str, Any]:
     event: dict[str, Any] = {"run_id": "r", "request_id": "q", "version": 0, "seed": 1,
-                             "steps": 8, "env": {"id": "CartPole-v1"}, "algo": {"algo": "ppo"},
+                             "steps": 8, "env": {"id": "CartPole-v1"},
+                             "algo": {"algo": "ppo", "spaces": {
+                                 "obs_shape": [4], "obs_dtype": "float32",
+                                 "action": {"kind": "discrete", "n": 2}}},
                              "transport": {"kind": "inline"}}
     event.update(changes)
     return {k: v for k, v in event.items() if v is not _DROP}
