@@ -203,3 +203,21 @@ def test_what_a_validated_plan_produces_passes() -> None:
                          "net": {"hidden_sizes": [64, 64], "activation": "tanh"}},
                    steps=128)
     assert actor_function.validate_event(event) is event
+
+
+# -- item 12: warm caches keyed by run id are bounded and close what they evict ------------------
+
+
+def test_warm_caches_close_what_they_evict() -> None:
+    from envs import Sampler
+
+    cache = actor_function._Lru(2, actor_function._close)
+    samplers = [Sampler({"id": "CartPole-v1", "num_envs": 1}, seed=i) for i in range(3)]
+    for run, sampler in enumerate(samplers):
+        cache.put(f"run-{run}", sampler)
+    assert len(cache) == 2 and cache.get("run-0") is None
+    assert samplers[0].envs.closed  # the evicted run's envs are closed, not leaked
+    assert not samplers[1].envs.closed and not samplers[2].envs.closed
+    cache.get("run-1")  # used last: run-2 is now the oldest
+    cache.put("run-3", Sampler({"id": "CartPole-v1", "num_envs": 1}, seed=3))
+    assert samplers[2].envs.closed and cache.get("run-1") is samplers[1]
