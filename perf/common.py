@@ -10,6 +10,8 @@ here: the peer scripts import nothing from this module.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import platform
@@ -19,7 +21,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -273,6 +275,28 @@ def _write_json(path: Path, data: dict[str, Any]) -> Path:
     tmp.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     tmp.replace(path)
     return path
+
+
+class _Tee(io.StringIO):
+    def __init__(self, out: Any):
+        super().__init__()
+        self.out = out
+
+    def write(self, text: str) -> int:
+        self.out.write(text)
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.out.flush()
+
+
+@contextlib.contextmanager
+def printed() -> Iterator[io.StringIO]:
+    """Stdout as it is printed, also kept: for benchmarks whose report is their printed text,
+    stored beside their raw rows."""
+    tee = _Tee(sys.stdout)
+    with contextlib.redirect_stdout(tee):
+        yield tee
 
 
 def now() -> str:

@@ -242,16 +242,25 @@ def main(argv: list[str] | None = None) -> int:
     else:
         inv_levels, calls, conc = [8, 32, 128, 256, 512], 2048, args.endpoint_concurrency
         redis_levels, sizes, entries = [1, 8, 32, 128, 256], [64 * 1024, 512 * 1024], 4096
-    print(f"invocations: trivial handler, endpoint concurrency {conc}", flush=True)
-    inv = invocations(inv_levels, calls, conc)
-    print(f"  held: {broke(inv, 'per_s')}")
-    print("redis: producers XADD, one consumer XREADGROUP + XACK + XDEL", flush=True)
-    red = redis_load(redis_levels, sizes, entries)
-    for size in sizes:
-        print(f"  held ({size // 1024} KiB): "
-              f"{broke([r for r in red if r['size'] == size], 'per_s')}")
+    sys.path.insert(0, str(ROOT / "perf"))
+    import common as c
+
+    with c.printed() as text:
+        print(f"invocations: trivial handler, endpoint concurrency {conc}", flush=True)
+        inv = invocations(inv_levels, calls, conc)
+        print(f"  held: {broke(inv, 'per_s')}")
+        print("redis: producers XADD, one consumer XREADGROUP + XACK + XDEL", flush=True)
+        red = redis_load(redis_levels, sizes, entries)
+        for size in sizes:
+            print(f"  held ({size // 1024} KiB): "
+                  f"{broke([r for r in red if r['size'] == size], 'per_s')}")
     if args.json:
         args.json.write_text(json.dumps({"invocations": inv, "redis": red}, indent=1))
+    c.write_result("load", {
+        "title": "Load: the Lambda endpoint and the Redis transport at rising concurrency",
+        "quick": args.quick, "markdown": f"```\n{text.getvalue().strip()}\n```",
+        "rows": [{"part": "invocations", **r} for r in inv]
+        + [{"part": "redis", **r} for r in red]})
     return 0
 
 

@@ -50,7 +50,7 @@ def load_results(results: Path = c.RESULTS) -> dict[str, dict[str, Any]]:
     return {n: found[n] for n in names}
 
 
-def provenance(name: str, data: dict[str, Any]) -> list[str]:
+def provenance(name: str, data: dict[str, Any], folder: str) -> list[str]:
     """Where, when and how the section was measured, as stored with it."""
     m = data.get("machine") or {}
     where = (f"{m['cpu']} ({m.get('cores', '?')} cores)" if m.get("cpu")
@@ -60,7 +60,7 @@ def provenance(name: str, data: dict[str, Any]) -> list[str]:
              + (" (quick)" if data.get("quick") else ""), ""]
     if data.get("versions"):
         lines += ["Versions: " + ", ".join(f"{k} {v}" for k, v in data["versions"].items()), ""]
-    lines += [f"Raw data: `perf/results/{name}.json`.", ""]
+    lines += [f"Raw data: `{folder}/{name}.json`.", ""]
     return lines
 
 
@@ -74,8 +74,9 @@ def body(name: str, data: dict[str, Any]) -> str:
     return text if raw else f"{NOT_RECHECKABLE}\n\n{text}"
 
 
-def section(name: str, data: dict[str, Any]) -> str:
-    lines = [f"## {data.get('title', name)}", "", *provenance(name, data), body(name, data)]
+def section(name: str, data: dict[str, Any], folder: str = "perf/results") -> str:
+    lines = [f"## {data.get('title', name)}", "", *provenance(name, data, folder),
+             body(name, data)]
     if data.get("failed"):
         lines += ["", f"**Failed** (rc {data['failed'].get('rc')}):", "", "```",
                   str(data["failed"].get("stderr", "")).strip(), "```"]
@@ -92,12 +93,15 @@ machine over the same seeds; where the seed sets differ the table shows "—" an
 """
 
 
-def page(results: dict[str, dict[str, Any]]) -> str:
-    return HEADER + "\n" + "\n".join(section(n, d) for n, d in results.items())
+def page(results: dict[str, dict[str, Any]], folder: Path = c.RESULTS) -> str:
+    """The whole page; ``folder`` is named in each section as where its raw rows are."""
+    where = folder.resolve()
+    shown = where.relative_to(c.ROOT).as_posix() if where.is_relative_to(c.ROOT) else str(where)
+    return HEADER + "\n" + "\n".join(section(n, d, shown) for n, d in results.items())
 
 
-def write(out: Path = OUT) -> Path:
-    out.write_text(page(load_results()), encoding="utf-8")
+def write(out: Path = OUT, folder: Path = c.RESULTS) -> Path:
+    out.write_text(page(load_results(folder), folder), encoding="utf-8")
     return out
 
 
@@ -107,7 +111,7 @@ def main() -> int:
                         help="write nothing; exit 1 if RESULTS.md differs from the rendering")
     args = parser.parse_args()
     if args.check:
-        same = OUT.exists() and OUT.read_text(encoding="utf-8") == page(load_results())
+        same = OUT.exists() and OUT.read_text(encoding="utf-8") == page(load_results(c.RESULTS))
         print("perf/RESULTS.md " + ("matches perf/results/" if same else
                                      "differs from perf/results/: run "
                                      "python perf/render_results.py"))

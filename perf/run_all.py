@@ -16,7 +16,6 @@ one holding its output, marked on the page as not re-checkable. The page is then
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -83,8 +82,7 @@ def main() -> int:
         timeout = min(args.timeout, 600.0) if args.quick else args.timeout
         for script in todo:
             ran.append(run_script(script, args.quick, timeout, results))
-    os.environ["NITRO_PERF_RESULTS"] = str(results)
-    out.write_text(rr.page(rr.load_results(results)), encoding="utf-8")
+    rr.write(out, results)
     failed = [r["script"] for r in ran if r["rc"] != 0]
     print(f"wrote {Path(out).resolve().relative_to(c.ROOT)}"
           + (f"; failed: {', '.join(failed)}" if failed else ""))

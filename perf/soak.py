@@ -273,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"soak: {args.rounds} rounds x {args.actors} actors x {args.steps} steps, "
               f"redis :{services.redis_port}, endpoint :{services.endpoint_port}", flush=True)
         result = asyncio.run(soak(args, services, services.tmp / "run"))
-    report(result)
+    sys.path.insert(0, str(ROOT / "perf"))
+    import common as c
+
+    with c.printed() as text:
+        report(result)
+    c.write_result("soak", {
+        "title": "Soak: learner memory and Redis keys over many rounds", "quick": args.quick,
+        "markdown": f"```\n{text.getvalue().strip()}\n```", "rows": result["samples"],
+        "summary": result["summary"], "wall_s": result["wall_s"]})
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str))
     return 0 if result["summary"].get("stop_reason") == "max_rounds" else 1

@@ -176,10 +176,11 @@ def test_page_marks_files_without_raw_rows_and_renders_the_rest_from_rows(tmp_pa
     write(tmp_path, "cartpole_time", {"title": "CartPole", "rows": rows,
                                       "markdown": "| stale | 99 |", "machine": {
                                           "cpu": "AMD EPYC", "cores": 2, "loadavg": [1, 1, 1]}})
-    page = rr.page(rr.load_results(tmp_path))
+    page = rr.page(rr.load_results(tmp_path), tmp_path)
     overlap = page[page.index("## Overlap"):]
     cartpole = page[page.index("## CartPole"):page.index("## Overlap")]
     assert rr.NOT_RECHECKABLE in overlap
     assert rr.NOT_RECHECKABLE not in cartpole and "stale" not in cartpole
-    assert "AMD EPYC (2 cores)" in cartpole and "perf/results/cartpole_time.json" in cartpole
-    assert page == rr.page(rr.load_results(tmp_path))  # the same files give the same page
+    assert "AMD EPYC (2 cores)" in cartpole and f"{tmp_path}/cartpole_time.json" in cartpole
+    # the same files give the same page
+    assert page == rr.page(rr.load_results(tmp_path), tmp_path)
