@@ -151,7 +151,8 @@ DIFFERENCES = {
     "nitro": "pipelined rounds; run clock starts once the worker pool is up",
     "sb3": "DummyVecEnv (envs in the learner's process), torch threads = all cores",
     "sb3_1t": "DummyVecEnv, one torch thread",
-    "sb3_subproc": "SubprocVecEnv: 2 env processes x (envs/2 x 2x steps), one torch thread",
+    "sb3_subproc": "SubprocVecEnv: 2 env processes (one env each, longer fragments, the "
+                   "same samples per update), one torch thread",
     "rllib": "own eval runner (algo.evaluate); default init, not orthogonal; Hopper: "
              "observation normalisation only; gymnasium 1.2.2",
 }
