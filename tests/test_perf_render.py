@@ -184,3 +184,19 @@ def test_page_marks_files_without_raw_rows_and_renders_the_rest_from_rows(tmp_pa
     assert "AMD EPYC (2 cores)" in cartpole and f"{tmp_path}/cartpole_time.json" in cartpole
     # the same files give the same page
     assert page == rr.page(rr.load_results(tmp_path), tmp_path)
+
+
+def test_printed_report_is_shown_and_kept(capsys):
+    with c.printed() as text:
+        print("held: level 128")
+    assert text.getvalue() == "held: level 128\n"
+    assert capsys.readouterr().out == "held: level 128\n"
+
+
+def test_a_failed_script_is_marked_in_its_stored_result(tmp_path):
+    path = c.write_result("overlap", {"title": "Overlap", "rows": [{"mode": "sync"}]},
+                          results=tmp_path)
+    c.update_result(path, {"failed": {"rc": 1, "stderr": "boom"}})
+    page = rr.page(rr.load_results(tmp_path), tmp_path)
+    assert "**Failed** (rc 1)" in page and "boom" in page
+    assert json.loads(path.read_text())["rows"] == [{"mode": "sync"}]
