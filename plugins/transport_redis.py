@@ -53,7 +53,7 @@ from redis.exceptions import AuthenticationError, AuthorizationError, ResponseEr
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from kernel.roles import PluginContext
+from kernel.roles import PluginContext, Unreachable
 
 log = structlog.get_logger("plugins.transport_redis")
 
@@ -204,6 +204,16 @@ def function_url(event_url: Any) -> str:
     return event_url
 
 
+def unreachable_message(url: str, exc: BaseException) -> str:
+    """One actionable line (``url`` holds no password: it comes from ``split_url``)."""
+    text = str(exc)
+    if "CERTIFICATE_VERIFY_FAILED" in text or "certificate verify failed" in text.lower():
+        return (f"redis at {url}: TLS certificate verification failed; set "
+                f"transport.ssl_ca_certs to the CA that signed the server's certificate")
+    return (f"redis at {url} is unreachable ({type(exc).__name__}); is redis-server running "
+            f"and transport.url right?")
+
+
 def _bounded(spec: dict[str, Any], key: str, default: float) -> float:
     low, high = _EVENT_BOUNDS[key]
     try:
@@ -276,7 +286,16 @@ class RedisTransport:
             protocol=2,
             **_client_kwargs(self.url, self._cfg),
         )
-        await self._call("start", self._ensure_group)
+        # Reachability before round 1: an absent server or an unverifiable certificate is a
+        # one-line error within the connect timeout, not a minute of silent retries.
+        try:
+            await self._ensure_group(self._redis)
+        except FATAL:
+            raise
+        except TRANSIENT as exc:
+            await self._redis.aclose()
+            self._redis = None
+            raise Unreachable(unreachable_message(self.url, exc)) from None
         log.info("redis_transport_started", url=self.url, stream=self.stream, group=self.group)
 
     def public_spec(self) -> dict[str, Any]:

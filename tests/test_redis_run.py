@@ -44,11 +44,10 @@ def test_cli_run_through_redis(redis_server: RedisServer, tmp_path: Path) -> Non
     assert summary["invocation_errors"] == 0
     assert summary["rejected_payloads"] == 0
     assert summary["env_steps"] == 3 * 2 * 32 * 4
-    # Every batch was used and acknowledged: nothing left in the stream or the pending list.
+    # Every batch was used and acknowledged, and the clean end deleted the run's keys: nothing
+    # left in the stream, the pending list, or the weights.
     r = redis.Redis.from_url(redis_server.url)
-    stream = batches_key(summary["run_id"])
-    assert r.xlen(stream) == 0
-    assert r.xpending(stream, "learners")["pending"] == 0
+    assert r.keys(f"nitro:{summary['run_id']}:*") == []
 
 
 

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from tests.conftest import ROOT, RedisServer, run_cli
+from tests.conftest import ROOT, RedisServer, missing, run_cli
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 PASSWORD = "nitro-s3cret-Q7zx"
@@ -58,21 +60,52 @@ def assert_no_secret(run_dir: Path, *texts: str, expect: set[str] | None = None)
     return files
 
 
-def assert_redis_clean(url: str, **ssl: Any) -> None:
-    """Nothing Nitro stored in Redis (weights, leftover stream entries) holds the password."""
-    import redis
+class RedisRecorder:
+    """Every command the server executes while the run lives (Redis MONITOR, which hides AUTH
+    arguments), so values written and deleted again are checked too."""
 
-    r = redis.Redis.from_url(url, **ssl)
-    keys = r.keys("nitro:*")
-    assert keys, "the run stored nothing in Redis?"
-    for key in keys:
-        kind = r.type(key)
-        if kind == b"string":
-            assert PASSWORD.encode() not in r.get(key), key
-        elif kind == b"stream":
-            for _mid, fields in r.xrange(key):
-                assert all(PASSWORD.encode() not in v for v in fields.values()), key
-    r.close()
+    def __init__(self, url: str, **ssl: Any):
+        import redis
+
+        # No read timeout (redis-py 8 defaults to 5 s): a run starts slowly, and a timed-out
+        # read would drop the MONITOR connection.
+        self.client = redis.Redis.from_url(url, socket_timeout=None, **ssl)
+        self.commands: list[str] = []
+        self._stopping = False
+        self._monitor = self.client.monitor()
+        self._monitor.__enter__()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        # Raw MONITOR lines (``<time> [db addr] "SET" "key" "value"``): redis-py's parser of
+        # them trips over some binary values, and every byte is what we want to see.
+        connection = self._monitor.connection
+        while not self._stopping:
+            try:
+                line = connection.read_response()
+            except Exception:  # the connection closes when the test stops recording
+                return
+            self.commands.append(line.decode("utf-8", "replace")
+                                 if isinstance(line, bytes) else str(line))
+
+    def stop(self) -> list[str]:
+        self._stopping = True
+        self._monitor.connection.disconnect()
+        self._thread.join(timeout=10)
+        return self.commands
+
+
+def assert_redis_clean(recorder: RedisRecorder) -> None:
+    """Nothing Nitro wrote to Redis (weights, batches) held the password, and the clean end
+    left no key of the run behind."""
+    commands = recorder.stop()
+    written = [c for c in commands if '"SET"' in c.upper() or '"XADD"' in c.upper()]
+    assert written, "the run stored nothing in Redis?"
+    for command in commands:
+        assert PASSWORD not in command, command[:200]
+    assert recorder.client.keys("nitro:*") == []
+    recorder.client.close()
 
 
 @pytest.fixture
@@ -89,6 +122,7 @@ def password_redis(tmp_path: Path) -> Iterator[RedisServer]:
 def test_password_reaches_no_run_file_checkpoint_sink_or_redis_value(
         password_redis: RedisServer, tmp_path: Path) -> None:
     out = tmp_path / "run"
+    recorder = RedisRecorder(password_redis.url)
     proc = run_cli("run", CARTPOLE, "--out", str(out), "--set", "transport.kind=redis",
                    "--set", f"transport.url={password_redis.url}", "--set", "stop.max_rounds=3",
                    "--set", "actors.count=2", *NOISY)
@@ -102,7 +136,7 @@ def test_password_reaches_no_run_file_checkpoint_sink_or_redis_value(
     assert "redis://:***@127.0.0.1" in (out / "plan.toml").read_text()
     # Debug logs did log the (redacted) URL: the redaction, not silence, keeps it out.
     assert "127.0.0.1" in (out / "log.jsonl").read_text()
-    assert_redis_clean(password_redis.url)
+    assert_redis_clean(recorder)
 
 
 @pytest.mark.redis
@@ -162,12 +196,12 @@ def tls_redis(tmp_path: Path) -> Iterator[Any]:
     try:
         certs = make_certs(tmp_path / "certs")
     except (FileNotFoundError, OSError) as exc:
-        pytest.skip(f"cannot make certificates with openssl: {exc}")
+        missing(f"cannot make certificates with openssl: {exc}")
     server = TlsRedisServer(tmp_path, certs, password=PASSWORD)
     try:
         server.start()
     except TlsUnsupported as exc:
-        pytest.skip(str(exc))
+        missing(str(exc))
     try:
         yield server
     finally:
@@ -177,6 +211,7 @@ def tls_redis(tmp_path: Path) -> Iterator[Any]:
 @pytest.mark.redis
 def test_rediss_run_with_a_self_signed_ca(tls_redis: Any, tmp_path: Path) -> None:
     out = tmp_path / "run"
+    recorder = RedisRecorder(tls_redis.url, ssl_ca_certs=str(tls_redis.certs.ca))
     proc = run_cli("run", CARTPOLE, "--out", str(out), "--set", "transport.kind=redis",
                    "--set", f"transport.url={tls_redis.url}",
                    "--set", f"transport.ssl_ca_certs={tls_redis.certs.ca}",
@@ -188,7 +223,7 @@ def test_rediss_run_with_a_self_signed_ca(tls_redis: Any, tmp_path: Path) -> Non
     assert summary["env_steps"] == 2 * 2 * 32 * 4
     assert "rediss://:***@127.0.0.1" in (out / "plan.toml").read_text()
     assert_no_secret(out, proc.stdout, proc.stderr)
-    assert_redis_clean(tls_redis.url, ssl_ca_certs=str(tls_redis.certs.ca))
+    assert_redis_clean(recorder)
 
 
 @pytest.mark.redis
@@ -202,4 +237,30 @@ def test_rediss_refuses_a_server_it_cannot_verify(tls_redis: Any, tmp_path: Path
                    *NOISY, timeout=120)
     assert proc.returncode != 0
     assert "Traceback" not in proc.stderr
+    assert "TLS certificate verification failed" in proc.stderr, proc.stderr[-2000:]
+    assert "transport.ssl_ca_certs" in proc.stderr
     assert PASSWORD not in proc.stdout + proc.stderr
+
+
+@pytest.mark.redis
+def test_an_event_cannot_turn_tls_checks_off_in_the_function(
+        tls_redis: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The function's TLS policy is its environment's: an event saying ``ssl_cert_reqs =
+    "none"`` does not make it talk to a server it cannot verify."""
+    from plugins.transport_redis import PASSWORD_ENV, TLS_ENV, URL_ENV, ActorRedisClient
+
+    public = f"rediss://127.0.0.1:{tls_redis.port}/0"
+    monkeypatch.setenv(URL_ENV, public)
+    monkeypatch.setenv(PASSWORD_ENV, PASSWORD)
+    for name in TLS_ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    event = {"kind": "redis", "url": public, "ssl_cert_reqs": "none"}
+    actor = ActorRedisClient.from_spec(event)
+    actor.attempts = 1
+    with pytest.raises(redis.ConnectionError, match="certificate verify failed"):
+        actor.push_batch("r-tls", b"x")
+    actor.close()
+    monkeypatch.setenv(TLS_ENV["ssl_ca_certs"], str(tls_redis.certs.ca))
+    actor = ActorRedisClient.from_spec(event)
+    actor.push_batch("r-tls", b"x")  # verified against the CA the environment names
+    actor.close()
