@@ -18,6 +18,7 @@ product then costs one backward pass over that graph instead of a fresh forward 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -116,6 +117,7 @@ def lanczos(
     dtype: torch.dtype = torch.float64,
     max_basis_bytes: int | None = None,
     start: torch.Tensor | None = None,
+    max_seconds: float | None = None,
 ) -> LanczosResult:
     """Lanczos with full re-orthogonalisation on a symmetric operator of size ``dim``.
 
@@ -124,7 +126,9 @@ def lanczos(
     floor * max|theta|)``. The floor lets an end that is truly ~0 stop too; anything relative to
     max|theta| alone would accept a small lambda_min long before it is right. The test applies
     after ``min_steps`` steps, or the run ends at ``max_steps`` (fewer when the basis would
-    exceed ``max_basis_bytes``, see ``basis_plan``; ``dtype`` then becomes float32).
+    exceed ``max_basis_bytes``, see ``basis_plan``; ``dtype`` then becomes float32), or once
+    ``max_seconds`` have passed (unconverged then, but the Ritz values so far are still the
+    best estimates of the extremes).
 
     ``start`` (e.g. the previous round's extreme Ritz vectors, summed) replaces the random start
     vector's direction in part: half its weight stays random so that an extreme the old vectors
@@ -141,6 +145,7 @@ def lanczos(
     theta = torch.zeros(0, dtype=torch.float64)
     vecs = torch.zeros(0, 0, dtype=torch.float64)
     residual_lo = residual_hi = math.inf
+    deadline = math.inf if max_seconds is None else time.perf_counter() + max_seconds
     for j in range(steps_cap):
         basis[j] = q
         w = matvec(q)
@@ -165,7 +170,7 @@ def lanczos(
         if ends_done and j + 1 >= min(min_steps, steps_cap):
             converged = True
             break
-        if j + 1 == steps_cap:
+        if j + 1 == steps_cap or time.perf_counter() >= deadline:
             break
         betas.append(beta)
         q = w / beta

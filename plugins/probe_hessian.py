@@ -12,7 +12,7 @@ its time (``probe_s`` is part of the round's simulated time, charged as learner 
 Cheap by construction: a subsample of the batch, Hessian-vector products as double backward
 through one retained gradient graph, a Lanczos that stops when each end has converged, started
 from the previous round's extreme Ritz vectors (the curvature directions move slowly between
-rounds), with its basis held to ``basis_mb``.
+rounds), with its basis held to ``basis_mb`` and, if set, its time to ``max_s``.
 """
 
 from __future__ import annotations
@@ -82,6 +82,7 @@ class HessianProbe:
         self.rho_eps = float(cfg["rho_eps"])
         self.basis_bytes = int(float(cfg["basis_mb"]) * 2**20)
         self.warm_start = bool(cfg["warm_start"])
+        self.max_s = None if cfg["max_s"] is None else float(cfg["max_s"])
         self.density = bool(cfg["density"])
         #: Sum of the last run's extreme Ritz vectors (the next run's start direction).
         self._start: torch.Tensor | None = None
@@ -120,7 +121,8 @@ class HessianProbe:
             result = lanczos(matvec, dim, max_steps=self.max_steps, min_steps=self.min_steps,
                              tol=self.tol, floor=self.floor,
                              generator=torch.Generator().manual_seed(ctx.seed), device=device,
-                             max_basis_bytes=self.basis_bytes, start=start)
+                             max_basis_bytes=self.basis_bytes, start=start,
+                             max_seconds=self.max_s)
         except FloatingPointError as exc:
             log.warning("hessian_not_finite", round=ctx.round, error=str(exc))
             self._start = None

@@ -156,6 +156,13 @@ def test_lanczos_converges_a_small_lambda_min_on_its_own_scale() -> None:
     assert max(steps) <= 40, steps  # a converged run, not a 100-step one
 
 
+def test_lanczos_stops_at_its_time_cap_unconverged() -> None:
+    spectrum = spiked_spectrum(2000, 0)
+    result = lanczos(lambda v: spectrum * v, 2000, tol=1e-2, max_seconds=1e-9,
+                     generator=torch.Generator().manual_seed(0))
+    assert result.steps == 1 and not result.converged
+
+
 def test_lanczos_basis_stays_within_its_memory_cap_on_a_cnn_sized_problem() -> None:
     # The Nature CNN actor-critic of an Atari run: ~1.7 M parameters. Uncapped, 100 float64
     # basis vectors would take 1.35 GB; capped at 64 MiB the basis is float32 and shorter.

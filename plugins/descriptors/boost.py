@@ -59,6 +59,8 @@ HESSIAN_CONFIG = {
                       "else float32 and fewer steps).", min=1),
     "warm_start": Field("bool", True, "Start Lanczos from the previous measurement's extreme "
                         "Ritz vectors (plus a random part)."),
+    "max_s": Field("float", None, "Wall-clock cap of one measurement's Lanczos (unset: none); "
+                   "a capped run reports hessian_converged = 0.", min=0, min_exclusive=True),
     "density": Field("bool", False, "Also report spectral-density summaries."),
 }
 
