@@ -114,7 +114,7 @@ def render(data: dict[str, Any]) -> str:
           r.get("process_s"), r.get("eval_s"), r.get("sps"),
           r.get("final_eval_return", r.get("error"))] for r in rows])
     seeds = sorted({r["seed"] for r in rows})
-    few = (f" **Only {len(seeds)} seeds**: fewer than the {MIN_SEEDS} this verdict needs (the "
+    few = (f" **Only {len(seeds)} seed{'s' if len(seeds) != 1 else ''}**: fewer than the {MIN_SEEDS} this verdict needs (the "
            "time to 475 spreads several fold between seeds); re-measure with "
            "`python perf/cartpole_time.py`." if len(seeds) < MIN_SEEDS else "")
     threads = data.get("baseline_threads")

@@ -404,6 +404,8 @@ def main() -> int:
             why = unmergeable(stored, machine, versions)
             if why:
                 parser.error(f"--merge: {why}; run without --merge to start a new table")
+            # the stored runs of implementations not rerun keep their versions on the page
+            versions = {**stored.get("versions", {}), **versions}
 
     results: dict[str, dict[str, list[dict[str, Any]]]] = {}
     with tempfile.TemporaryDirectory(prefix="nitro-peers-") as tmp:

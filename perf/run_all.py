@@ -26,8 +26,10 @@ import render_results as rr
 #: Modules in perf/ that are not benchmarks themselves.
 HELPERS = {"common", "run_all", "ppo_minimal", "render_results"}
 #: Scripts left out of ``--quick`` (``--only`` still runs them): the boosting study runs
-#: several simulated-cloud runs per scaler even at its smallest, and the soak is long by design.
-NOT_QUICK = {"boost_vs_fixed", "soak"}
+#: several simulated-cloud runs per scaler even at its smallest, the soak is long by design,
+#: and the GPU check is for a machine with a GPU. Scripts without a ``--quick`` are left out
+#: too: at full size they would not fit the quick check's 15 minutes.
+NOT_QUICK = {"boost_vs_fixed", "soak", "gpu_check"}
 QUICK_DIR = c.ROOT / "runs" / "bench-quick"
 
 
@@ -78,6 +80,9 @@ def main() -> int:
     ran: list[dict[str, Any]] = []
     if not args.collect:
         skip = set(args.skip) | (NOT_QUICK if args.quick and args.only is None else set())
+        if args.quick and args.only is None:
+            skip |= {s for s in scripts() if not supports(s, "--quick")}
+            c.log(f"--quick leaves out: {', '.join(sorted(skip))}")
         todo = [s for s in scripts() if (args.only is None or s in args.only) and s not in skip]
         timeout = min(args.timeout, 600.0) if args.quick else args.timeout
         for script in todo:
