@@ -70,8 +70,21 @@ def body(name: str, data: dict[str, Any]) -> str:
     module = RENDERERS.get(name)
     if raw and module is not None:
         return importlib.import_module(module).render(data)
-    text = data.get("markdown") or ("```\n" + data.get("stdout", "").strip() + "\n```")
+    printed = (data.get("stdout") or data.get("report") or "").strip()
+    text = (data.get("markdown") or (f"```\n{printed}\n```" if printed else "")
+            or rows_table(data) or "(no table or text stored)")
     return text if raw else f"{NOT_RECHECKABLE}\n\n{text}"
+
+
+def rows_table(data: dict[str, Any]) -> str:
+    """The stored rows as they are, for a result that keeps rows but no table of its own."""
+    rows = next((data[k] for k in RAW_KEYS if isinstance(data.get(k), list) and data[k]), [])
+    rows = [r for r in rows if isinstance(r, dict)]
+    headers = list(dict.fromkeys(k for r in rows for k, v in r.items()
+                                 if v is None or isinstance(v, (int, float, str, bool))))
+    if not headers:
+        return ""
+    return c.md_table(headers, [[r.get(h) for h in headers] for r in rows])
 
 
 def section(name: str, data: dict[str, Any], folder: str = "perf/results") -> str:

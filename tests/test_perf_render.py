@@ -200,3 +200,11 @@ def test_a_failed_script_is_marked_in_its_stored_result(tmp_path):
     page = rr.page(rr.load_results(tmp_path), tmp_path)
     assert "**Failed** (rc 1)" in page and "boom" in page
     assert json.loads(path.read_text())["rows"] == [{"mode": "sync"}]
+
+
+def test_rows_without_a_table_of_their_own_are_shown_as_stored(tmp_path):
+    write(tmp_path, "hessian_subsample", {"rows": [{"round": 1, "rho": 2.5},
+                                                   {"round": 2, "rho": 4.0}]})
+    page = rr.page(rr.load_results(tmp_path), tmp_path)
+    assert "| round | rho |" in page and "| 2 | 4.00 |" in page
+    assert rr.NOT_RECHECKABLE not in page
