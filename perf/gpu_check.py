@@ -1,0 +1,199 @@
+"""One script for a machine with a GPU: learner frames/s on CUDA, same learning as on CPU, and
+how much of the fan-out overlaps with training. Runs in under 8 minutes on one GPU; on a machine
+without CUDA it runs the CPU parts and says which CUDA parts it skipped, so it can be checked
+anywhere.
+
+1. Learner frames/s: a PPO update of a Hopper-sized batch (MLP, 2048 samples, 10 epochs of 32
+   minibatches) and an APPO update of the Pong plan's batch (Nature CNN, 1024 frames, 4 epochs
+   of 4 minibatches), on CPU and on CUDA, median of ``--repeats``.
+2. Same learning: a short seeded PPO run on CartPole (sampler and learner in this process) on
+   CPU and on CUDA; the mean episode return of the last rounds must agree within ``--tolerance``
+   (kernels differ in rounding, so runs drift apart slowly; a wrong device path breaks far more).
+3. Overlap: ``plans/hopper.toml`` through the engine in ``sync`` and ``pipelined`` mode on the
+   learner's device; the env steps/s ratio and the learner's busy fraction say how much of the
+   fan-out ran while the learner trained.
+
+    python perf/gpu_check.py                 # results in perf/results/gpu_check.json
+    python perf/gpu_check.py --out /tmp/r --quick
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import common as c
+import numpy as np
+from learner_bench import SPACES as PONG
+from learner_bench import pong_rollout
+
+HOPPER = {"obs_shape": [11], "obs_dtype": "float32",
+          "action": {"kind": "box", "shape": [3], "low": [-1.0] * 3, "high": [1.0] * 3}}
+
+
+def hopper_rollout(steps: int = 256, envs: int = 8) -> dict[str, np.ndarray]:
+    rng = np.random.default_rng(0)
+    return {
+        "obs": rng.standard_normal((steps, envs, 11)).astype(np.float32),
+        "actions": rng.standard_normal((steps, envs, 3)).astype(np.float32),
+        "logprobs": np.full((steps, envs), -4.0, np.float32),
+        "values": np.zeros((steps, envs), np.float32),
+        "rewards": rng.standard_normal((steps, envs)).astype(np.float32),
+        "terminated": rng.random((steps, envs)) < 0.005,
+        "truncated": np.zeros((steps, envs), bool),
+        "bootstrap_values": np.zeros((steps, envs), np.float32),
+        "last_obs": rng.standard_normal((envs, 11)).astype(np.float32),
+        "last_values": np.zeros(envs, np.float32),
+    }
+
+
+def learner_fps(device: str, repeats: int) -> dict[str, float]:
+    """Median frames/s of one update on ``device``: Hopper PPO and Pong APPO."""
+    import torch
+
+    from algos.appo import APPO, APPOConfig
+    from algos.ppo import PPO, PPOConfig
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    cases = {
+        "hopper_ppo": (PPO(HOPPER, PPOConfig(num_minibatches=32, update_epochs=10),
+                           device=device), hopper_rollout()),
+        "pong_appo": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1), device=device),
+                      pong_rollout(128, 8)),
+    }
+    out = {}
+    for name, (core, rollout) in cases.items():
+        frames = rollout["rewards"].size
+        core.update(rollout, 0.0)  # warm-up: kernels, allocator, oneDNN primitives
+        times = []
+        for _ in range(repeats):
+            sync()
+            t0 = time.perf_counter()
+            core.update(rollout, 0.0)
+            sync()
+            times.append(time.perf_counter() - t0)
+        out[name] = frames / statistics.median(times)
+    return out
+
+
+def short_run(device: str, rounds: int, seed: int = 1) -> list[float]:
+    """Mean episode return per round of a seeded CartPole PPO run with its learner on
+    ``device`` (actors on CPU, as in the engine)."""
+    import torch
+
+    from algos.policy_numpy import MLPPolicy
+    from algos.ppo import PPO, PPOConfig
+    from envs import Sampler, describe
+
+    spec = {"id": "CartPole-v1", "num_envs": 4, "normalize_obs": False,
+            "normalize_reward": False, "gamma": 0.99}
+    torch.manual_seed(seed)
+    core = PPO(describe(spec), PPOConfig(), device=device)
+    policy = MLPPolicy(core.actor_spec())
+    sampler = Sampler(spec, seed=seed)
+    returns: list[float] = []
+    for r in range(rounds):
+        policy.load(core.weights())
+        policy.reseed(seed * 1000 + r)
+        rollout = sampler.sample(policy, 128)
+        core.update(rollout, r / rounds)
+        ep = rollout["episode_returns"]
+        returns.append(float(np.mean(ep)) if len(ep) else float("nan"))
+    return returns
+
+
+def overlap(device: str, rounds: int, out: Path) -> dict[str, Any]:
+    """Hopper PPO through the engine, sync against pipelined, learner on ``device``."""
+    result = {}
+    for mode in ("sync", "pipelined"):
+        folder = out / mode
+        proc = c.run([sys.executable, "-m", "kernel", "run", "plans/hopper.toml", "--out",
+                      str(folder), "--set", f"run.mode={mode}", "--set",
+                      f"stop.max_rounds={rounds}", "--set", f"run.device={device}",
+                      "--set", "probes=[]", "--set", "sinks=[]"], timeout=300)
+        if proc.rc != 0:
+            raise RuntimeError(f"hopper {mode} on {device} failed: {proc.stderr[-1500:]}")
+        events = [json.loads(line) for line in (folder / "events.jsonl").read_text().splitlines()]
+        finished = [e for e in events if e["event"] == "RoundFinished"]
+        steady = finished[1:]  # round 1 holds the workers' cold starts
+        span = steady[-1]["ts"] - finished[0]["ts"]
+        result[mode] = {
+            "env_steps_per_s": sum(e["round_env_steps"] for e in steady) / span,
+            "learner_busy": statistics.mean(e["learner_busy"] for e in steady),
+            "actor_idle_s": sum(e["actor_idle_s"] for e in steady),
+        }
+    result["speedup"] = (result["pipelined"]["env_steps_per_s"]
+                         / result["sync"]["env_steps_per_s"])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, default=None, help="results folder "
+                        "(default perf/results/)")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=40, help="CartPole rounds per device")
+    parser.add_argument("--tolerance", type=float, default=0.35,
+                        help="allowed relative difference of the last rounds' mean return")
+    parser.add_argument("--overlap-rounds", type=int, default=20)
+    parser.add_argument("--quick", action="store_true", help="fewer repeats and rounds")
+    args = parser.parse_args()
+    if args.quick:
+        args.repeats, args.rounds, args.overlap_rounds = 2, 12, 6
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    devices = ["cpu", "cuda"] if cuda else ["cpu"]
+    result: dict[str, Any] = {"title": "Learner on CUDA: frames/s, same learning, overlap",
+                              "cuda": cuda, "skipped": []}
+    if cuda:
+        result["gpu"] = torch.cuda.get_device_name(0)
+    else:
+        result["skipped"] = ["CUDA learner frames/s", "CUDA short run", "CUDA overlap"]
+        print("CUDA is not available here: running the CPU parts only "
+              "(skipped: CUDA frames/s, CUDA learning check, CUDA overlap)")
+
+    torch.set_num_threads(1)  # CPU rows as the plans run them: actors share the cores
+    result["learner_frames_per_s"] = {d: learner_fps(d, args.repeats) for d in devices}
+    c.log("learner frames/s measured")
+    runs = {d: short_run(d, args.rounds) for d in devices}
+    tail = max(3, args.rounds // 4)
+    last = {d: float(np.nanmean(r[-tail:])) for d, r in runs.items()}
+    result["short_run"] = {"returns": runs, "last_mean": last}
+    if cuda:
+        diff = abs(last["cuda"] - last["cpu"]) / max(abs(last["cpu"]), 1e-8)
+        result["short_run"].update(relative_difference=diff, same=diff <= args.tolerance)
+    c.log("short runs done")
+    with tempfile.TemporaryDirectory() as tmp:
+        result["overlap"] = {d: overlap(d, args.overlap_rounds, Path(tmp) / d) for d in devices}
+    path = c.write_result("gpu_check", result, args.out)
+
+    print(f"learner frames/s ({', '.join(devices)}):")
+    for d, fps in result["learner_frames_per_s"].items():
+        print(f"  {d:<5} " + "  ".join(f"{k} {v:,.0f}" for k, v in fps.items()))
+    for d, value in last.items():
+        print(f"CartPole PPO, mean return of the last {tail} of {args.rounds} rounds on {d}: "
+              f"{value:.1f}")
+    if cuda:
+        verdict = "same" if result["short_run"]["same"] else "DIFFERENT"
+        print(f"  CPU vs CUDA: {verdict} (relative difference "
+              f"{result['short_run']['relative_difference']:.2f}, tolerance {args.tolerance})")
+    for d, o in result["overlap"].items():
+        print(f"overlap on {d}: pipelined {o['pipelined']['env_steps_per_s']:,.0f} vs sync "
+              f"{o['sync']['env_steps_per_s']:,.0f} env steps/s (x{o['speedup']:.2f}); learner "
+              f"busy {o['pipelined']['learner_busy']:.0%} of each pipelined round")
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()
