@@ -224,6 +224,24 @@ def test_decoupled_batch_clips_against_the_learner_policy_and_reweights_lagging_
     assert "is_weights" not in b and plain.loss(b)[1]["clipfrac"].item() > 0.5
 
 
+def test_probe_batch_is_what_the_update_optimised_not_a_rebuild() -> None:
+    torch.manual_seed(0)
+    ppo = PPO(BOX, PPOConfig(num_minibatches=2, update_epochs=2))
+    rollout = synthetic_rollout(ppo, 32, 4)
+    before = ppo.make_batch(rollout)
+    ppo.update(rollout, progress=0.0)
+    kept = ppo.probe_batch(rollout)
+    for k, v in before.items():
+        torch.testing.assert_close(kept[k], v, msg=k)
+    # A rebuild after the update takes the proximal policy from the updated model: ratio 1.
+    rebuilt = ppo.make_batch(rollout)
+    assert ppo.loss(rebuilt)[1]["approx_kl"].abs().item() < 1e-6
+    assert ppo.loss(kept)[1]["approx_kl"].item() > 1e-6
+    # Another rollout (even an equal copy) is not the one optimised: built afresh.
+    copy = {k: v.copy() for k, v in rollout.items()}
+    torch.testing.assert_close(ppo.probe_batch(copy)["logprobs"], rebuilt["logprobs"])
+
+
 def test_update_with_batch_not_divisible_by_minibatches() -> None:
     torch.manual_seed(0)
     ppo = PPO(DISCRETE, PPOConfig(num_minibatches=4))
