@@ -198,3 +198,23 @@ def test_appo_target_network_refresh_schedule() -> None:
     assert all(torch.equal(before[k], v) for k, v in core.target_model.state_dict().items())
     core.update(rollout_from(policy, SPACES, seed=2), 0.0)  # third: refreshed from the model
     assert not all(torch.equal(before[k], v) for k, v in core.target_model.state_dict().items())
+
+
+@pytest.mark.parametrize("make", [
+    lambda s: IMPALA(s, IMPALAConfig(learning_rate=3e-3)),
+    lambda s: APPO(s, APPOConfig(learning_rate=3e-3, num_minibatches=1, update_epochs=1)),
+], ids=["impala", "appo"])
+def test_rho_kept_reports_how_much_of_a_stale_batch_trains(make: Any) -> None:
+    """On-policy frames keep their whole importance weight; frames sampled by a policy many
+    updates old keep less of it (V-trace truncates), which is what the learner reports."""
+    torch.manual_seed(0)
+    core = make(SPACES)
+    policy = ActorPolicy(core.actor_spec())
+    policy.load(core.weights())
+    fresh = core.update(rollout_from(policy, SPACES), 0.0)
+    assert fresh["rho_kept"] == pytest.approx(1.0, abs=0.05)
+    for seed in range(1, 8):  # the learner moves on; the actor keeps the first weights
+        core.update(rollout_from(policy, SPACES, seed=seed), 0.0)
+    stale = core.update(rollout_from(policy, SPACES, seed=9), 0.0)
+    assert 0.0 < stale["rho_kept"] < fresh["rho_kept"]
+    assert stale["rho_clipfrac"] > 0.0
