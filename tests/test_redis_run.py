@@ -104,6 +104,11 @@ def _run_with_restart_at_round_2(redis_server: RedisServer, tmp_path: Path, mode
 
     summary = run_watching(engine, restart)
     assert restarted == [2]
+    # What the learner put back after the restart (group, stream, weights) is deleted at the
+    # clean end like the rest: no key and no pending entry of the run is left.
+    r = redis.Redis.from_url(redis_server.url)
+    assert r.keys(f"nitro:{engine.run_id}:*") == []
+    assert r.dbsize() == 0
     assert summary["stop_reason"] == "max_rounds", summary
     assert summary["rounds"] == 4
     # Rounds after the restart trained on their batches again.
