@@ -160,9 +160,7 @@ def _run(args: argparse.Namespace) -> int:
     from kernel.plan import load_plan
 
     if args.resume:
-        from kernel.checkpoint import resume_engine
-
-        engine = resume_engine(Path(args.resume), args.overrides)
+        engine = Engine.resume(Path(args.resume), args.overrides)
     else:
         if not args.plan:
             raise PlanError("plan", "a plan file (or --resume RUN_DIR)")
@@ -173,7 +171,7 @@ def _run(args: argparse.Namespace) -> int:
 
 
 async def _serve(engine: Any) -> int:
-    from kernel.coordinator import PluginCrashed
+    from kernel.roles import PluginContractError, PluginCrashed, Unreachable
 
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
@@ -189,6 +187,9 @@ async def _serve(engine: Any) -> int:
     try:
         async with engine:
             summary = await engine.run()
+    except (Unreachable, PluginContractError) as exc:
+        sys.stderr.write(f"nitro: {exc}\n")
+        return EXIT_BAD_PLAN
     except PluginCrashed as exc:
         sys.stderr.write(f"nitro: {exc}\n")
         return EXIT_FAILED
@@ -197,4 +198,17 @@ async def _serve(engine: Any) -> int:
     finally:
         for sig in signals:
             loop.remove_signal_handler(sig)
-    return EXIT_OK if summary.get("stop_reason", "").split(":")[0] != "error" else EXIT_FAILED
+    return exit_status(summary)
+
+
+def exit_status(summary: dict[str, Any]) -> int:
+    """Non-zero when the run failed, trained nothing, or ended because its actors kept
+    failing, so `nitro run ... && next` does not go on after a run that did no work; 130
+    when a signal stopped it (as a shell reports an interrupted command)."""
+    reason = str(summary.get("stop_reason", ""))
+    if reason.startswith("signal"):
+        return 130
+    if reason.startswith("error") or reason == "actors_failing" or \
+            not summary.get("env_steps"):
+        return EXIT_FAILED
+    return EXIT_OK

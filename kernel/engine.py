@@ -26,7 +26,7 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import structlog
@@ -34,12 +34,21 @@ import tomli_w
 
 from kernel import checkpoint, logs
 from kernel import events as ev
-from kernel.async_rounds import OverlappedRounds
 from kernel.bus import Bus, Policy
-from kernel.coordinator import Coordinator, PluginCrashed, Roles, RunState, blame
+from kernel.coordinator import Coordinator
+from kernel.overlapped import OverlappedRounds
 from kernel.plan import load_plan
 from kernel.registry import Registry, default_registry
-from kernel.roles import PluginContext
+from kernel.roles import (
+    Bound,
+    PluginContext,
+    PluginCrashed,
+    ProbeSlot,
+    Roles,
+    RoundRecord,
+    blame,
+)
+from kernel.run_state import RunState, StopRules
 
 log = structlog.get_logger("kernel.engine")
 
@@ -76,9 +85,9 @@ class Engine:
             checkpoint.Checkpointer(self.run_dir, ckpt["every"], ckpt["keep"])
             if ckpt["enabled"] else None
         )
-        self._started: list[tuple[str, str, Any]] = []
+        self._started: list[Bound] = []
         self._roles: Roles | None = None
-        self._sinks: list[tuple[str, Any]] = []
+        self._sinks: list[Bound] = []
         self._journal: Any = None
         self._entered = False
         self._readers = 0
@@ -97,6 +106,15 @@ class Engine:
         """Load and validate a plan (raises ``PlanError`` before anything starts)."""
         registry = registry or default_registry()
         return cls(load_plan(plan, overrides, registry), out_dir=out_dir, registry=registry)
+
+    @classmethod
+    def resume(cls, run_dir: str | os.PathLike[str], overrides: Iterable[str] = (),
+               registry: Registry | None = None) -> Engine:
+        """An engine that continues the run in ``run_dir`` from its newest checkpoint."""
+        body = checkpoint.find(Path(run_dir))
+        registry = registry or default_registry()
+        plan = load_plan(Path(run_dir) / "plan.toml", overrides, registry)
+        return cls(plan, out_dir=run_dir, registry=registry, resume=body)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -132,7 +150,7 @@ class Engine:
         # torch and builds a probe env) start side by side: start-up is the slower of the two,
         # not their sum.
         actors_task = asyncio.create_task(self._make(
-            "actors", plan["actors"]["backend"], plan["actors"], transport=transport))
+            "actors", plan["actors"]["backend"], plan["actors"], transport=transport.plugin))
         try:
             learner = await self._make("algo", plan["algo"]["name"], plan["algo"],
                                        in_thread=True)
@@ -142,56 +160,59 @@ class Engine:
         probes = []
         for item in plan["probes"]:
             probe = await self._make("probe", item["name"], item)
-            if not hasattr(probe, "every"):
-                probe.every = item["every"]
-            probes.append((item["name"], probe))
+            probes.append(ProbeSlot(item["name"], probe, probe.every or item["every"],
+                                    self.registry.get("probe", item["name"]).evaluation))
         scaler = await self._make("scaler", plan["scaler"]["name"], plan["scaler"])
         cost = await self._make("cost", plan["cost"]["name"], plan["cost"])
         for item in plan["sinks"]:
-            self._sinks.append((item["name"], await self._make("sink", item["name"], item)))
+            self._sinks.append(await self._make("sink", item["name"], item))
+        with blame(learner):
+            env_spec = learner.env_spec()
         self._roles = Roles(
             learner=learner, actors=actors, transport=transport, scaler=scaler, cost=cost,
             probes=probes,
-            names={"algo": plan["algo"]["name"], "actors": plan["actors"]["backend"],
-                   "transport": plan["transport"]["kind"], "scaler": plan["scaler"]["name"],
-                   "cost": plan["cost"]["name"]},
+            env_spec=env_spec if env_spec is not None else {
+                k: v for k, v in plan["env"].items() if k != "provider"},
         )
+        # Reachability before anything is trained or billed: a missing endpoint or Redis is a
+        # one-line error in seconds, not an empty run.
+        for role in (transport, actors):
+            with blame(role):
+                await role.preflight()
         if self._resume is not None:
-            with blame("algo", plan["algo"]["name"]):
-                await asyncio.to_thread(checkpoint.restore, self, self._resume)
+            with blame(learner):
+                await asyncio.to_thread(self._restore, self._resume)
             log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
 
     async def _make(self, kind: str, name: str, config: dict[str, Any], transport: Any = None,
-                    in_thread: bool = False) -> Any:
+                    in_thread: bool = False) -> Bound:
         plugin = self.registry.get(kind, name)
         ctx = PluginContext(
             name=name, config=config, plan=self.plan, run_id=self.run_id,
             run_dir=self.run_dir, seed=self.plan["run"]["seed"], bus=self.bus,
             transport=transport,
         )
-        with blame(kind, name):
+        with blame(_Naming(kind, name)):  # a factory that raises is named too
             factory = plugin.load()
             instance = await asyncio.to_thread(factory, ctx) if in_thread else factory(ctx)
-            start = getattr(instance, "start", None)
-            if start is not None:
-                result = start(ctx)
-                if asyncio.iscoroutine(result):
-                    await result
-        self._started.append((kind, name, instance))
-        return instance
+        bound = Bound(kind, name, instance)  # a missing method fails here, before round 1
+        with blame(bound):
+            result = bound.start(ctx)
+            if asyncio.iscoroutine(result):
+                await result
+        self._started.append(bound)
+        return bound
 
     async def _close_plugins(self) -> None:
         while self._started:
-            kind, name, instance = self._started.pop()
-            close = getattr(instance, "close", None)
-            if close is None:
-                continue
+            bound = self._started.pop()
             try:
-                result = close()
+                result = bound.close()
                 if asyncio.iscoroutine(result):
                     await asyncio.wait_for(result, 30)
             except Exception as exc:  # closing must go on for the others
-                log.warning("plugin_close_failed", kind=kind, plugin=name, error=repr(exc))
+                log.warning("plugin_close_failed", kind=bound.kind, plugin=bound.name,
+                            error=repr(exc))
 
     def _close_files(self) -> None:
         if self._journal is not None:
@@ -237,25 +258,24 @@ class Engine:
         assert self._roles is not None
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
         self._t_start = time.perf_counter()
+        rules = StopRules(self.plan, self.state, self._roles.cost, self.wall_s)
         coordinator = Coordinator(self.plan, self.run_id, self._roles, self.state, self.publish,
-                                  self.stop_requested, self.rng)
+                                  self.stop_requested, self.rng, rules)
         mode = self.plan["run"]["mode"]
         rounds: Any = coordinator if mode == "sync" else OverlappedRounds(coordinator, mode)
         reason = "error"
-        sink_subs = [
-            (name, sink, self.bus.subscribe(f"sink-{name}", maxsize=8192))
-            for name, sink in self._sinks
-        ]
+        sink_subs = [(sink, self.bus.subscribe(f"sink-{sink.name}", maxsize=8192))
+                     for sink in self._sinks]
         self.publish(ev.RunStarted(run_id=self.run_id, name=self.plan["run"]["name"],
                                    run_dir=str(self.run_dir),
                                    resumed_from_round=self.state.round))
         log.info("run_started", run_dir=str(self.run_dir), plan=self.plan["run"]["name"])
         try:
             async with asyncio.TaskGroup() as tg:
-                for name, sink, sub in sink_subs:
-                    tg.create_task(_drain(name, sink, sub), name=f"sink-{name}")
+                for sink, sub in sink_subs:
+                    tg.create_task(_drain(sink, sub), name=f"sink-{sink.name}")
                 try:
-                    reason = await self._loop(coordinator, rounds)
+                    reason = await self._loop(coordinator, rounds, rules)
                 except PluginCrashed as exc:
                     reason = f"error: {exc}"
                     self.publish(ev.PluginFailed(plugin=exc.name, kind=exc.kind,
@@ -267,10 +287,7 @@ class Engine:
                     reason = "cancelled"
                     raise
                 finally:
-                    if rounds is not coordinator:
-                        await rounds.close()
-                    await coordinator.close()
-                    await self._on_stop(reason)
+                    await _shielded(self._on_stop(reason, coordinator))
                     self.bus.close()
         except BaseExceptionGroup as group:
             crashed = _first(group, PluginCrashed)
@@ -279,68 +296,80 @@ class Engine:
             raise
         return self.summary or {}
 
-    async def _loop(self, coordinator: Coordinator, rounds: Any) -> str:
-        s = self.state
+    async def _loop(self, coordinator: Coordinator, rounds: Any, rules: StopRules) -> str:
         while True:
             if self.stop_requested.is_set():
                 return self.stop_reason or "requested"
-            reached = self._limit_reached()  # also on entry: a resumed run may be done
+            reached = rules.before_round()  # also on entry: a resumed run may be done
             if reached:
                 return reached
-            if not coordinator.can_afford_next_round():
-                return "budget"
             record = await rounds.run_round()
             if record is None:
                 return self.stop_reason or "requested"
-            if self.checkpointer is not None and self.checkpointer.due(s.round):
-                await asyncio.to_thread(self.checkpointer.save, self)
-            target = self.plan["stop"]["target_return"]
-            if target is not None and record.eval_return is not None and \
-                    record.eval_return >= target:
-                return "target_return"
-            if s.counters.empty_rounds >= 3:
-                return "actors_failing"
+            if self.checkpointer is not None and self.checkpointer.due(self.state.round):
+                await asyncio.to_thread(self.checkpointer.save, self._parts())
+            ended = rules.after_round(record)
+            if ended:
+                return ended
 
-    def _limit_reached(self) -> str | None:
-        limits, s = self.plan["stop"], self.state
-        if limits["max_rounds"] is not None and s.round >= limits["max_rounds"]:
-            return "max_rounds"
-        if limits["max_env_steps"] is not None and s.env_steps >= limits["max_env_steps"]:
-            return "max_env_steps"
-        if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
-            return "max_wall_s"
-        if limits["budget_usd"] is not None and s.cost_usd >= limits["budget_usd"]:
-            return "budget"
-        return None
+    def _parts(self) -> checkpoint.RunParts:
+        assert self._roles is not None
+        return checkpoint.RunParts(
+            run_id=self.run_id, plan_name=self.plan["run"]["name"], wall_s=self.wall_s(),
+            state=self.state, roles=self._roles, rng_state=self.rng.bit_generator.state)
 
-    def coordinator_rng_state(self) -> dict[str, Any]:
-        return self.rng.bit_generator.state
-
-    def restore_coordinator_rng(self, state: dict[str, Any]) -> None:
-        self.rng.bit_generator.state = state
+    def _restore(self, body: dict[str, Any]) -> None:
+        assert self._roles is not None
+        restored = checkpoint.restore(body, self._roles)
+        self.state = restored.state
+        self.rng.bit_generator.state = restored.rng_state
+        self._wall_before = restored.wall_s
 
     def wall_s(self) -> float:
         return self._wall_before + (time.perf_counter() - self._t_start)
 
-    async def _on_stop(self, reason: str) -> None:
-        """Runs on every way out: checkpoint hook, RunStopped, summary.json."""
+    async def _on_stop(self, reason: str, coordinator: Coordinator) -> None:
+        """Runs on every way out: what is still in flight is cancelled and billed, the final
+        policy evaluated, ``summary.json`` written, then the final checkpoint."""
         if self.stop_reason and reason in ("requested", "cancelled"):
             reason = self.stop_reason if reason == "requested" else reason
-        if self.checkpointer is not None and not reason.startswith("error"):
-            try:
-                await asyncio.to_thread(self.checkpointer.save, self, True)
-            except Exception as exc:  # the summary must still be written
-                log.error("checkpoint_failed", error=repr(exc))
+        failed = reason.startswith("error")
+        try:
+            await self._charge_cancelled(await coordinator.close())
+            if not failed and reason != "cancelled":
+                await coordinator.evaluate_at_stop()
+        except Exception as exc:  # the summary must still be written
+            log.error("stop_path_failed", error=repr(exc))
         s = self.state
-        self.publish(ev.RunStopped(reason=reason, rounds=s.round, env_steps=s.env_steps,
-                                   wall_s=self.wall_s()))
         self.summary = self._summary(reason)
         path = self.run_dir / "summary.json"
         tmp = path.with_suffix(".json.tmp")
         tmp.write_text(json.dumps(_json_safe(self.summary), indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
+        if self.checkpointer is not None and not failed:
+            try:
+                await asyncio.to_thread(self.checkpointer.save, self._parts(), True)
+            except Exception as exc:
+                log.error("checkpoint_failed", error=repr(exc))
+        self.publish(ev.RunStopped(reason=reason, rounds=s.round, env_steps=s.env_steps,
+                                   wall_s=self.wall_s()))
         log.info("run_stopped", reason=reason, rounds=s.round, env_steps=s.env_steps,
                  best_eval_return=s.best_eval_return, wall_s=round(self.wall_s(), 2))
+
+    async def _charge_cancelled(self, receipts: list[Any]) -> None:
+        """Invocations given up on at the end keep running on AWS, and AWS bills them."""
+        if not receipts or self._roles is None:
+            return
+        s = self.state
+        record = RoundRecord(round=s.round, actors=0, env_steps=0, batches=0, round_s=0.0,
+                             learner_s=0.0, probe_s=0.0, actor_durations_ms=[], cold_starts=0,
+                             eval_return=None, episode_return_mean=None, probes={})
+        with blame(self._roles.cost):
+            items = self._roles.cost.charge(record, receipts)
+        usd = float(sum(items.values()))
+        s.cost_usd += usd
+        self.publish(ev.CostCharged(round=s.round, items=items, round_usd=usd,
+                                    total_usd=s.cost_usd))
 
     def _summary(self, reason: str) -> dict[str, Any]:
         s, c = self.state, self.state.counters
@@ -368,40 +397,58 @@ class Engine:
             "stale_batches": c.stale_batches,
             "duplicate_batches": c.duplicate_batches,
             "lost_batches": c.lost_batches,
+            "invocations_cancelled": c.invocations_cancelled,
             "dropped_events": dropped,
             **_extra_counters(self._roles),
         }
 
 
-async def _drain(name: str, sink: Any, sub: Any) -> None:
+async def _drain(sink: Bound, sub: Any) -> None:
     """Feed one sink from its queue; a failing sink is logged and unsubscribed, not fatal."""
     try:
         async for event in sub:
             try:
                 await sink.handle(event)
             except Exception as exc:
-                log.error("sink_failed", sink=name, error=repr(exc))
+                log.error("sink_failed", sink=sink.name, error=repr(exc))
                 return
     finally:
-        flush = getattr(sink, "flush", None)
-        if flush is not None:
-            with contextlib.suppress(Exception):
-                result = flush()
-                if asyncio.iscoroutine(result):
-                    await result
+        with contextlib.suppress(Exception):
+            result = sink.flush()
+            if asyncio.iscoroutine(result):
+                await result
+
+
+async def _shielded(stop: Any) -> None:
+    """Run the stop path to its end even if the run is cancelled meanwhile (a second Ctrl-C):
+    the summary and the final checkpoint are what the user keeps. The cancellation is
+    passed on once they are written."""
+    task = asyncio.ensure_future(stop)
+    cancelled = False
+    while not task.done():
+        try:
+            await asyncio.shield(task)
+        except asyncio.CancelledError:
+            cancelled = True
+    task.result()
+    if cancelled:
+        raise asyncio.CancelledError
 
 
 def _extra_counters(roles: Roles | None) -> dict[str, Any]:
-    """Counters that plugins keep themselves (``counters()``), merged into the summary."""
+    """Counters that plugins keep themselves, merged into the summary."""
     if roles is None:
         return {}
     out: dict[str, Any] = {}
     for role in (roles.actors, roles.transport):
-        counters = getattr(role, "counters", None)
-        if callable(counters):
-            with contextlib.suppress(Exception):
-                out.update(counters())
+        with contextlib.suppress(Exception):
+            out.update(role.counters() or {})
     return out
+
+
+class _Naming(NamedTuple):
+    kind: str
+    name: str
 
 
 def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> Any:

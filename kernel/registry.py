@@ -42,6 +42,9 @@ class Plugin:
     #: For algo plugins: ``"module:callable"`` building the actor-side policy from the
     #: learner's ``actor_spec()`` (what the actor function runs).
     actor: str | Callable[..., Any] | None = None
+    #: For probe plugins: this probe evaluates the policy; its ``eval_return`` feeds the
+    #: target-return stop rule and the summary, and its time is not charged to the budget.
+    evaluation: bool = False
     #: Where it came from (distribution name), filled in by the registry.
     source: str = "builtin"
 

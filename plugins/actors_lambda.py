@@ -56,7 +56,6 @@ from botocore.exceptions import (
 )
 
 from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
-from plugins.billed_failure import failed
 
 log = structlog.get_logger("plugins.actors_lambda")
 
@@ -218,7 +217,7 @@ class LambdaBackend:
             # The function may still be running on AWS, billed until it ends: the caller only
             # knows how long it waited since the last send.
             waited = (time.perf_counter() - attempt.sent_at) * 1000 if attempt.sent_at else 0.0
-            raise failed(invocation.request_id, "deadline", attempts=attempt.sent,
+            raise InvocationFailed(invocation.request_id, "deadline", attempts=attempt.sent,
                          throttles=attempt.throttles, duration_ms=waited,
                          cancelled=attempt.sent_at is not None) from None
 
@@ -305,7 +304,7 @@ class LambdaBackend:
             log.warning("function_error", request_id=rid, kind=function_error,
                         error_type=error_type, message=message[:300])
             duration = report.get("Duration", 0.0)
-            raise failed(rid, f"{error_type}: {message}", attempts=attempt.sent,
+            raise InvocationFailed(rid, f"{error_type}: {message}", attempts=attempt.sent,
                          throttles=attempt.throttles, duration_ms=duration,
                          billed_ms=int(report.get("Billed Duration", math.ceil(duration))),
                          init_ms=report.get("Init Duration", 0.0))

@@ -23,7 +23,6 @@ from plugins.actor_contract import (
     plan_env_modules,
     refusal_reason,
 )
-from plugins.billed_failure import failed
 
 log = structlog.get_logger("plugins.actors_local")
 
@@ -99,7 +98,7 @@ class LocalBackend:
                 # already used up the deadline.
                 if exc.reason == "worker_died" and attempts <= self.retries:
                     continue
-                raise failed(invocation.request_id, exc.reason, attempts=attempts,
+                raise InvocationFailed(invocation.request_id, exc.reason, attempts=attempts,
                              duration_ms=exc.duration_ms,
                              billed_ms=math.ceil(exc.duration_ms)) from None
             except HandlerError as exc:
@@ -111,7 +110,7 @@ class LocalBackend:
                 log.warning("handler_error", request_id=invocation.request_id,
                             error=str(exc), trace="".join(exc.trace[-2:]))
                 # A function error is billed for its duration, as AWS bills it.
-                raise failed(invocation.request_id, f"handler: {exc}", attempts=attempts,
+                raise InvocationFailed(invocation.request_id, f"handler: {exc}", attempts=attempts,
                              duration_ms=exc.duration_ms, billed_ms=math.ceil(exc.duration_ms),
                              init_ms=exc.init_ms or 0.0) from None
         r = result.result

@@ -58,6 +58,7 @@ class OnPolicyLearner:
         self.steps = ctx.plan["actors"]["steps"]
         self.num_envs = env["num_envs"]
         self.stop = ctx.plan["stop"]
+        self._env_spec = env_spec_of(ctx.plan)
         obs_shape = tuple(spaces["obs_shape"])
         self.obs_rms = RunningMeanStd(obs_shape) if env["normalize_obs"] else None
         self.ret_rms = RunningMeanStd(()) if env["normalize_reward"] else None
@@ -85,6 +86,11 @@ class OnPolicyLearner:
 
     # -- batches ------------------------------------------------------------------------------
 
+    def env_spec(self) -> dict[str, Any]:
+        """The env spec every invocation carries: the plan's env section, plus the discount
+        the actors' reward normalisation needs."""
+        return dict(self._env_spec)
+
     def check_batch(self, body: Mapping[str, Any]) -> None:
         """Reject a batch whose arrays do not fit this run before it can reach the math."""
         data = body.get("data")
@@ -97,6 +103,9 @@ class OnPolicyLearner:
         t, e = data["rewards"].shape[:2] if data["rewards"].ndim == 2 else (-1, -1)
         if t != self.steps or e < 1:
             raise ValueError(f"rewards shape {data['rewards'].shape}, expected ({self.steps}, E)")
+        if body.get("env_steps") != t * e:
+            raise ValueError(f"env_steps {body.get('env_steps')!r} is not the rollout's "
+                             f"{t} x {e} steps")
         if data["obs"].shape != (t, e, *obs_shape):
             raise ValueError(f"obs shape {data['obs'].shape}, expected {(t, e, *obs_shape)}")
         if data["last_obs"].shape != (e, *obs_shape) or data["last_values"].shape != (e,):
@@ -256,20 +265,31 @@ def to_torch_tree(obj: Any) -> Any:
     return obj
 
 
-def make_ppo(ctx: PluginContext) -> OnPolicyLearner:
+def build_learner(ctx: PluginContext, core_class: Any, config_class: Any) -> OnPolicyLearner:
+    """An algorithm's core, seeded, on the plan's device, inside the distributed shell. Every
+    learner factory goes through here, so they all start from the same weights for a seed."""
     import torch
 
-    from algos.ppo import PPO, PPOConfig
-
-    cfg = {k: v for k, v in ctx.config.items() if k not in ("name",)}
-    cfg["hidden_sizes"] = tuple(cfg.get("hidden_sizes", (64, 64)))
+    cfg = {k: v for k, v in ctx.config.items() if k != "name"}
+    if "hidden_sizes" in cfg:
+        cfg["hidden_sizes"] = tuple(cfg["hidden_sizes"])
     torch.manual_seed(ctx.seed)
-    spaces = describe(_env_spec(ctx.plan))
-    core = PPO(spaces, PPOConfig(**cfg), device=resolve_device(ctx.plan["run"]["device"]))
+    spaces = describe(env_spec_of(ctx.plan))
+    # Before the model exists: its orthogonal initialisation runs LAPACK, whose result differs
+    # in the last bits with the thread count, and a seeded run must start from the same weights.
+    configure_threads(spaces, ctx.plan["run"]["torch_threads"])
+    core = core_class(spaces, config_class(**cfg),
+                      device=resolve_device(ctx.plan["run"]["device"]))
     return OnPolicyLearner(ctx, core, spaces, ctx.name)
 
 
-def _env_spec(plan: Mapping[str, Any]) -> dict[str, Any]:
+def make_ppo(ctx: PluginContext) -> OnPolicyLearner:
+    from algos.ppo import PPO, PPOConfig
+
+    return build_learner(ctx, PPO, PPOConfig)
+
+
+def env_spec_of(plan: Mapping[str, Any]) -> dict[str, Any]:
     env = {k: v for k, v in plan["env"].items() if k != "provider"}
     env["gamma"] = float(plan["algo"].get("gamma", 0.99))
     return env

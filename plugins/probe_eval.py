@@ -13,14 +13,14 @@ import numpy as np
 
 from envs import evaluate
 from kernel.roles import PluginContext, ProbeContext
-from plugins.learner import _env_spec
+from plugins.learner import env_spec_of
 
 
 class EvalProbe:
     def __init__(self, ctx: PluginContext):
         self.every = int(ctx.config["every"])
         self.episodes = int(ctx.config.get("episodes", 10))
-        self.env_spec = _env_spec(ctx.plan)
+        self.env_spec = env_spec_of(ctx.plan)
         self._policy: Any = None
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:

@@ -31,9 +31,16 @@ def _run(tmp_path: Path, fault: dict, *sets: str) -> dict:
     for item in sets:
         args += ["--set", item]
     result = run_cli(*args, env={"NITRO_FAULT": json.dumps(fault)}, timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
-    return json.loads((out / "summary.json").read_text())
+    summary = json.loads((out / "summary.json").read_text())
+    assert result.returncode == _exit_status(summary), result.stderr[-3000:]
+    return summary
+
+
+def _exit_status(summary: dict) -> int:
+    """A run that trained nothing or whose actors kept failing exits 1, so a script that
+    chains runs does not go on after one that did no work; any other finished run exits 0."""
+    return 1 if summary["stop_reason"] == "actors_failing" or not summary["env_steps"] else 0
 
 
 def _rounds(run_dir: Path) -> list[int]:
@@ -114,7 +121,7 @@ def test_sigint_during_a_fan_out_stops_cleanly_with_a_checkpoint(tmp_path: Path)
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 0, stderr[-3000:]
+    assert proc.returncode == 130  # stopped by SIGINT: 128 + 2, as a shell reports it, stderr[-3000:]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == "signal SIGINT" and summary["rounds"] == 1
     assert (out / "checkpoints" / "ckpt-000001.nitro").exists()

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import ROOT, run_cli
+from tests.test_faults_local import _exit_status
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 STEPS = 128 * 4  # env steps per actor per round in plans/cartpole.toml
@@ -26,10 +27,11 @@ def _run(tmp_path: Path, *sets: str, fault: dict | None = None) -> tuple[dict, l
         args += ["--set", item]
     env = {"NITRO_FAULT": json.dumps(fault)} if fault else None
     result = run_cli(*args, env=env, timeout=240)
-    assert result.returncode == 0, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     events = [json.loads(line) for line in (out / "events.jsonl").read_text().splitlines()]
-    return json.loads((out / "summary.json").read_text()), events
+    summary = json.loads((out / "summary.json").read_text())
+    assert result.returncode == _exit_status(summary), result.stderr[-3000:]
+    return summary, events
 
 
 def test_batches_are_one_version_stale_and_no_invocation_outlives_the_run(tmp_path: Path

@@ -61,5 +61,6 @@ PLUGINS = [
            config={"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}),
     Plugin("eval", "probe", "plugins.probe_eval:EvalProbe",
            "Deterministic-policy episodes; reports eval_return.",
-           config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)}),
+           config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)},
+           evaluation=True),
 ]

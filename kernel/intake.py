@@ -1,0 +1,444 @@
+"""From invocation to accepted batch: the one path every round mode takes.
+
+``Intake`` builds invocations, starts them as tasks, and turns what comes back through the
+transport into batches the learner may train on. Everything that can go wrong between the two
+is decided here, once for every mode: a payload that does not decode, a field out of range,
+a duplicate, a batch of another run or of a version too old, an invocation that failed, a batch
+that never arrives. Each is counted with its reason, and nothing in acceptance can raise out of
+a round.
+
+Sync rounds launch N invocations and gather until N batches are in; overlapped rounds launch
+ahead and gather what they launched earlier. Both use the same gather loop and the same rule
+for a lost batch: once every invocation in flight has returned saying it pushed, a batch still
+missing ``LOST_BATCH_GRACE_S`` later was lost on the way (a Redis restart, say) and is not
+waited for until the deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import math
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+
+from kernel import codec
+from kernel import events as ev
+from kernel.roles import Batch, Invocation, InvocationFailed, Receipt
+from kernel.run_state import RunState
+
+log = structlog.get_logger("kernel.intake")
+
+#: How long to wait for batches whose actors have all returned saying they pushed.
+LOST_BATCH_GRACE_S = 5.0
+#: Ceiling on any duration an actor reports: AWS Lambda's longest function timeout.
+MAX_INVOCATION_MS = 900_000.0
+#: Ceiling on the env steps one batch may claim (the learner checks the exact T x E).
+MAX_BATCH_ENV_STEPS = 1 << 31
+
+
+class BatchRejected(ValueError):
+    """A batch field that is missing, of the wrong type, or out of range."""
+
+    def __init__(self, reason: str, detail: str):
+        super().__init__(detail)
+        self.reason = reason
+
+
+@dataclass
+class Gathered:
+    """What a gather brought: batches in request order, their message ids to acknowledge."""
+
+    batches: list[Batch]
+    message_ids: list[str]
+    #: Batches dropped as too old (or not awaited) during this gather.
+    stale: int = 0
+
+
+class Intake:
+    """Owns invocations in flight and the acceptance of their batches."""
+
+    def __init__(self, plan: dict[str, Any], run_id: str, roles: Any, state: RunState,
+                 publish: Callable[[ev.Event], None], stop_requested: asyncio.Event):
+        self.plan = plan
+        self.run_id = run_id
+        self.roles = roles
+        self.state = state
+        self.publish = publish
+        self.stop_requested = stop_requested
+        #: Invocations in flight, with the monotonic time they started.
+        self.tasks: dict[asyncio.Task[Receipt], tuple[Invocation, float]] = {}
+        #: Request ids whose batch may still come (launched, not failed, not yet accepted),
+        #: mapped to whether the platform only accepted the call (its actor reports later).
+        self.pending: dict[str, bool] = {}
+        #: Receipts of invocations finished since the last drain.
+        self.receipts: list[Receipt] = []
+        #: Seconds from launch to return of successful invocations since the last drain.
+        self.sample_s: list[float] = []
+        self.consecutive_failures = 0
+        self.last_done = time.monotonic()
+        self.closing = False
+        #: Called with each finished invocation's success (async mode tops its fleet up).
+        self.on_done: Callable[[bool], None] | None = None
+        self._inner: dict[str, Receipt] = {}
+        self._indices: dict[int, int] = {}
+        self.per_round = True
+        self._batch_task: asyncio.Task[tuple[str, bytes] | None] | None = None
+
+    # -- invocations --------------------------------------------------------------------------
+
+    def invocation(self, number: int, version: int, actor_spec: dict[str, Any]) -> Invocation:
+        """The next invocation of round ``number``. Its index (in the request id and the seed)
+        counts up within the round (sync: actor i of round n is always ``a{i}``), or across
+        the run when ``per_round`` is off (overlapped rounds, whose launches do not line up
+        with rounds); either way a seeded run replays its seeds exactly."""
+        key = number if self.per_round else 0
+        index = self._indices.get(key, 0 if self.per_round else 1)
+        self._indices[key] = index + 1
+        if len(self._indices) > 8:  # only the last few rounds can still launch
+            del self._indices[min(self._indices)]
+        request_id = f"{self.run_id}-r{number}-v{version}-a{index}"
+        seed = zlib.crc32(f"{self.plan['run']['seed']}:{number}:{index}".encode())
+        event = {
+            "run_id": self.run_id,
+            "request_id": request_id,
+            "version": version,
+            "round": number,
+            "seed": seed,
+            "steps": self.plan["actors"]["steps"],
+            "env": self.roles.env_spec,
+            "algo": actor_spec,
+            "transport": self.roles.transport.public_spec(),
+        }
+        return Invocation(request_id=request_id, version=version, round=number, event=event)
+
+    def launch(self, number: int, version: int, count: int, actor_spec: dict[str, Any]) -> int:
+        """Start ``count`` invocations for round ``number`` with weights ``version``."""
+        started = 0
+        for _ in range(max(0, count)):
+            if self.closing:
+                break
+            inv = self.invocation(number, version, actor_spec)
+            task = asyncio.create_task(self._invoke(inv), name=inv.request_id)
+            self.tasks[task] = (inv, time.monotonic())
+            self.pending[inv.request_id] = False
+            self.state.counters.invocations += 1
+            task.add_done_callback(self._done)
+            started += 1
+        return started
+
+    async def _invoke(self, invocation: Invocation) -> Receipt:
+        counters = self.state.counters
+        try:
+            receipt = await self.roles.actors.invoke(invocation)
+        except InvocationFailed as exc:
+            receipt = Receipt(request_id=invocation.request_id, ok=False, error=exc.reason,
+                              attempts=exc.attempts, throttles=exc.throttles,
+                              duration_ms=exc.duration_ms, billed_ms=exc.billed_ms,
+                              init_ms=exc.init_ms, cancelled=exc.cancelled)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a backend bug must not take the round down with it
+            log.exception("invoke_crashed", request_id=invocation.request_id)
+            receipt = Receipt(request_id=invocation.request_id, ok=False,
+                              error=f"{type(exc).__name__}: {exc}")
+        counters.throttles += receipt.throttles
+        counters.retries += max(0, receipt.attempts - 1)
+        counters.cold_starts += int(receipt.cold_start)
+        if not receipt.ok:
+            counters.invocation_errors += 1
+        if receipt.payload is not None:
+            await self.roles.transport.deliver(receipt.payload)
+        self.publish(ev.InvocationFinished(
+            round=invocation.round, request_id=receipt.request_id, ok=receipt.ok,
+            env_steps=receipt.env_steps, episodes=receipt.episodes,
+            duration_ms=receipt.duration_ms, billed_ms=receipt.billed_ms,
+            cold_start=receipt.cold_start, attempts=receipt.attempts,
+            throttles=receipt.throttles, error=receipt.error,
+        ))
+        return receipt
+
+    def _done(self, task: asyncio.Task[Receipt]) -> None:
+        entry = self.tasks.pop(task, None)
+        self.last_done = time.monotonic()
+        if task.cancelled() or entry is None:
+            return
+        inv, started = entry
+        exc = task.exception()
+        receipt = task.result() if exc is None else Receipt(
+            request_id=inv.request_id, ok=False, error=f"{type(exc).__name__}: {exc}")
+        self.receipts.append(receipt)
+        if receipt.ok:
+            self.consecutive_failures = 0
+            self.sample_s.append(self.last_done - started)
+            if inv.request_id in self.pending:
+                self.pending[inv.request_id] = receipt.accepted_only
+        else:
+            self.pending.pop(inv.request_id, None)
+            self.consecutive_failures += 1
+        if self.on_done is not None and not self.closing:
+            self.on_done(receipt.ok)
+
+    async def cancel(self, request_ids: set[str] | None = None) -> list[Receipt]:
+        """Give up on invocations in flight (all, or those of ``request_ids``). On AWS they
+        run on and are billed, so each gets a receipt marked ``cancelled`` for the cost model."""
+        now = time.monotonic()
+        chosen = [(t, inv, t0) for t, (inv, t0) in self.tasks.items()
+                  if request_ids is None or inv.request_id in request_ids]
+        receipts = []
+        for task, inv, started in chosen:
+            task.cancel()
+            self.pending.pop(inv.request_id, None)
+            receipts.append(Receipt(request_id=inv.request_id, ok=False, version=inv.version,
+                                    duration_ms=(now - started) * 1000, error="cancelled",
+                                    cancelled=True))
+            self.publish(ev.InvocationFinished(round=inv.round, request_id=inv.request_id,
+                                               ok=False, error="cancelled"))
+        await asyncio.gather(*(t for t, _, _ in chosen), return_exceptions=True)
+        self.state.counters.invocations_cancelled += len(receipts)
+        return receipts
+
+    def drain_receipts(self) -> list[Receipt]:
+        out, self.receipts = self.receipts, []
+        return out
+
+    def drain_sample_s(self) -> list[float]:
+        out, self.sample_s = self.sample_s, []
+        return out
+
+    # -- gathering ----------------------------------------------------------------------------
+
+    async def gather(self, number: int, version: int, wanted: int, *, max_lag: int,
+                     refill: Callable[[int], int] | None = None) -> Gathered | None:
+        """Accept batches until ``wanted`` are in, the deadline passes, or nothing more can
+        come; None when a stop request interrupts.
+
+        ``refill(missing)`` starts new invocations when nothing is in flight and no batch is on
+        its way (overlapped rounds); without it the gather ends there (sync rounds go on with
+        what arrived)."""
+        batches: dict[str, Batch] = {}
+        message_ids: list[str] = []
+        t0 = time.monotonic()
+        deadline = t0 + self.plan["actors"]["deadline_s"]
+        errors_before = self.state.counters.invocation_errors
+        stale_before = self.state.counters.stale_batches
+        self.consecutive_failures = 0
+        stop_wait = asyncio.create_task(self.stop_requested.wait())
+        try:
+            while len(batches) < wanted:
+                now = time.monotonic()
+                remaining = deadline - now
+                if remaining <= 0:
+                    log.warning("gather_deadline", round=number, received=len(batches),
+                                wanted=wanted)
+                    break
+                if not self.tasks:
+                    remaining = min(remaining, self._expire_lost(number, now))
+                    if not self.pending:
+                        if refill is None or self.closing or \
+                                self.consecutive_failures >= max(4, 2 * wanted):
+                            if self.consecutive_failures:
+                                log.warning("actors_failing", round=number,
+                                            failures=self.consecutive_failures)
+                            break
+                        if refill(wanted - len(batches)) == 0:
+                            break
+                        continue
+                if self._batch_task is None:
+                    self._batch_task = asyncio.create_task(
+                        self.roles.transport.next_batch(timeout=min(max(remaining, 0.01), 1.0)))
+                done, _ = await asyncio.wait({self._batch_task, stop_wait, *self.tasks},
+                                             timeout=max(remaining, 0.0),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                if stop_wait in done:
+                    return None
+                if self._batch_task in done:
+                    task, self._batch_task = self._batch_task, None
+                    message = task.result()
+                    if message is not None:
+                        await self.accept(number, version, message, batches, message_ids,
+                                          max_lag=max_lag)
+        finally:
+            stop_wait.cancel()
+        failures = self.state.counters.invocation_errors - errors_before
+        if refill is None and len(batches) < math.ceil(
+                self.plan["actors"]["min_fraction"] * wanted):
+            log.warning("round_below_min_fraction", round=number, received=len(batches),
+                        expected=wanted)
+        self.publish(ev.GatherFinished(
+            round=number, expected=wanted, received=len(batches), failed=failures,
+            timed_out=sum(1 for inv, _ in self.tasks.values() if inv.round == number),
+            gather_s=time.monotonic() - t0))
+        return Gathered([batches[rid] for rid in sorted(batches)], message_ids,
+                        stale=self.state.counters.stale_batches - stale_before)
+
+    def _expire_lost(self, number: int, now: float) -> float:
+        """With nothing in flight: once the grace after the last return is over, batches still
+        missing are lost. Returns how long the gather may still wait for them."""
+        if not self.pending or any(self.pending.values()):
+            return math.inf  # Event-mode actors report through their batch: wait for it
+        left = self.last_done + LOST_BATCH_GRACE_S - now
+        if left > 0:
+            return left
+        self.state.counters.lost_batches += len(self.pending)
+        log.warning("batches_lost", round=number, lost=len(self.pending))
+        self.pending.clear()
+        return math.inf
+
+    async def settle(self, gathered: Gathered, wait_s: float = 5.0) -> list[Receipt]:
+        """After a sync gather: let invocations whose batches are in return (an actor pushes,
+        then replies), cancel the rest, and return the round's receipts — the actor's own
+        receipt from inside its batch where the platform's reply never said more."""
+        arrived = {b["request_id"] for b in gathered.batches}
+        answering = [t for t, (inv, _) in self.tasks.items() if inv.request_id in arrived]
+        if answering and not self.stop_requested.is_set():
+            await asyncio.wait(answering, timeout=wait_s)
+        cancelled = await self.cancel()
+        timed_out = [r.request_id for r in cancelled if r.request_id not in arrived]
+        self.state.counters.invocation_timeouts += len(timed_out)
+        return self.receipts_for(arrived, self.drain_receipts() + cancelled)
+
+    def receipts_for(self, arrived: set[str], receipts: list[Receipt]) -> list[Receipt]:
+        """Replace the platform's bare receipt of an arrived batch (Event mode's 202, or a
+        reply given up on) by the actor's own, which rode inside the batch."""
+        out = []
+        for receipt in receipts:
+            inner = self._inner.pop(receipt.request_id, None)
+            if inner is not None and (receipt.accepted_only or receipt.cancelled):
+                self.state.counters.cold_starts += int(inner.cold_start)
+                receipt = dataclasses.replace(inner, attempts=receipt.attempts,
+                                              throttles=receipt.throttles)
+            out.append(receipt)
+        known = {r.request_id for r in out}
+        for rid in arrived - known:  # the batch came, the reply never did
+            inner = self._inner.pop(rid, None)
+            if inner is not None:
+                self.state.counters.cold_starts += int(inner.cold_start)
+                out.append(inner)
+        return out
+
+    # -- acceptance ---------------------------------------------------------------------------
+
+    async def accept(self, number: int, version: int, message: tuple[str, bytes],
+                     batches: dict[str, Batch], message_ids: list[str], *,
+                     max_lag: int) -> None:
+        """Decode and check one batch; keep it, or drop/reject it with a counted reason.
+
+        A batch sampled more than ``max_lag`` versions before ``version`` is stale, and so is
+        one of another run or of an invocation this intake is not waiting for. The message is
+        acknowledged in every case: a bad payload never improves."""
+        s = self.state
+        message_id, payload = message
+        message_ids.append(message_id)
+        try:
+            # Decoding a large batch takes milliseconds: off the loop, so probes, sinks and
+            # other invocations keep being served meanwhile.
+            body = await asyncio.to_thread(codec.decode, payload, kind="batch")
+            rid, got_version, inner = self.check(body)
+            self.roles.learner.check_batch(body)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # anything a forged payload can provoke is a rejection
+            reason = getattr(exc, "reason", None) or "invalid_batch"
+            s.counters.reject(reason)
+            detail = f"{type(exc).__name__}: {exc}"[:200]
+            log.warning("payload_rejected", round=number, reason=reason, detail=detail)
+            self.publish(ev.PayloadRejected(round=number, reason=reason, detail=detail))
+            return
+        if rid in s.seen_requests or rid in batches:
+            s.counters.duplicate_batches += 1
+            self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
+                                         reason="duplicate"))
+            return
+        if body["run_id"] != self.run_id or rid not in self.pending or \
+                not version - max_lag <= got_version <= version:
+            s.counters.stale_batches += 1
+            self.pending.pop(rid, None)
+            self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
+                                         reason="stale"))
+            return
+        self.pending.pop(rid)
+        s.seen_requests.add(rid)
+        batches[rid] = body
+        self._inner[rid] = inner
+        self.publish(ev.BatchArrived(round=number, request_id=rid, version=got_version,
+                                     env_steps=int(body["env_steps"]), bytes=len(payload)))
+
+    @staticmethod
+    def check(body: Batch) -> tuple[str, int, Receipt]:
+        """Type-, range- and consistency-check the envelope of a batch (the learner checks
+        its data); return its request id, version and the receipt it carries."""
+        rid = _field(body, "request_id", str)
+        if not 0 < len(rid) <= 256:
+            raise BatchRejected("invalid_batch", "request_id is empty or too long")
+        _field(body, "run_id", str)
+        version = _count(body, "version", 0, 1 << 62)
+        env_steps = _count(body, "env_steps", 1, MAX_BATCH_ENV_STEPS)
+        returns = _field(body, "episode_returns", np.ndarray)
+        if returns.ndim != 1 or returns.dtype.kind not in "fiu" or returns.size > env_steps \
+                or not np.isfinite(returns).all():
+            raise BatchRejected("invalid_batch", "episode_returns is not a finite vector no "
+                                "longer than env_steps")
+        lengths = body.get("episode_lengths")
+        if lengths is not None and not (
+                isinstance(lengths, np.ndarray) and lengths.shape == returns.shape
+                and lengths.dtype.kind in "iu" and (lengths >= 1).all()):
+            raise BatchRejected("invalid_batch", "episode_lengths does not match the returns")
+        meta = body.get("receipt", {})
+        if not isinstance(meta, dict):
+            raise BatchRejected("invalid_receipt", "receipt is not a table")
+        episodes = _count(meta, "episodes", 0, env_steps, default=0, reason="invalid_receipt")
+        receipt = Receipt(
+            request_id=rid, ok=True, version=version, env_steps=env_steps, episodes=episodes,
+            duration_ms=_ms(meta, "duration_ms"),
+            billed_ms=math.ceil(_ms(meta, "billed_ms") or _ms(meta, "duration_ms")),
+            init_ms=_ms(meta, "init_ms"),
+            cold_start=_field(meta, "cold_start", bool, default=False, reason="invalid_receipt"),
+            bytes_pushed=_count(meta, "bytes_pushed", 0, 1 << 40, default=0,
+                                reason="invalid_receipt"),
+        )
+        return rid, version, receipt
+
+    async def close(self) -> list[Receipt]:
+        """Cancel what is still in flight (billed as cancelled) and the pending transport read."""
+        self.closing = True
+        receipts = await self.cancel()
+        if self._batch_task is not None:
+            self._batch_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._batch_task
+            self._batch_task = None
+        return receipts
+
+
+def _field(table: dict[str, Any], key: str, kind: type, *, default: Any = ...,
+           reason: str = "invalid_batch") -> Any:
+    value = table.get(key, default)
+    if value is ... or not isinstance(value, kind) or (kind is not bool and
+                                                       isinstance(value, bool)):
+        raise BatchRejected(reason, f"{key} is missing or not a {kind.__name__}")
+    return value
+
+
+def _count(table: dict[str, Any], key: str, lo: int, hi: int, *, default: Any = ...,
+           reason: str = "invalid_batch") -> int:
+    value = _field(table, key, int, default=default, reason=reason)
+    if not lo <= value <= hi:
+        raise BatchRejected(reason, f"{key} = {value} is outside [{lo}, {hi}]")
+    return value
+
+
+def _ms(meta: dict[str, Any], key: str) -> float:
+    value = meta.get(key, 0.0)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+            not 0.0 <= float(value) <= MAX_INVOCATION_MS:
+        raise BatchRejected("invalid_receipt", f"receipt {key} = {value!r} is not a duration "
+                            f"in [0, {MAX_INVOCATION_MS:.0f}] ms")
+    return float(value)

@@ -1,0 +1,206 @@
+"""Rounds that overlap sampling and training: only their scheduling lives here.
+
+``async`` (APPO, IMPALA): the intake keeps the scaler's target number of invocations in
+flight; each new invocation takes the newest weights; the learner trains on batches as they
+arrive, ``actors.batches_per_update`` at a time; batches more than ``actors.max_lag`` versions
+old are dropped and counted, and the lag is reported per update. A new target applies to the
+very next launch after the decision.
+
+``pipelined`` (synchronous PPO): round t+1's invocations sample while round t trains, so they
+arrive about one version stale. When they start depends on whether the scaler reads the round's
+measurements (``adaptive``):
+
+- a scaler that does not (fixed, schedules, ...) is asked ahead, and the fan-out starts
+  part-way through the update, with the weights of that moment (at ``run.snapshot_at``, or,
+  unset, as late as lets the batches arrive when the update ends, judged from the last round);
+- an adaptive scaler (the Hessian-driven ones) decides after round t's probes, and round t+1
+  launches right then: the curvature of round t steers round t+1, never t+2.
+
+Either way the fan-out is sized by the budget allocator, counting round t's cost not yet
+charged, and skipped when the plan's limits rule round t+1 out. A "round" in both modes is one
+learner update, so stop rules, probes, scalers and sinks work unchanged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import Counter
+from typing import Any
+
+import structlog
+
+from kernel import events as ev
+from kernel.coordinator import Coordinator
+from kernel.roles import Batch, RoundRecord, SnapshotRequest, Weights
+
+log = structlog.get_logger("kernel.overlapped")
+
+#: Snapshot this much earlier than the last round's timings say: estimates drift, and batches
+#: that arrive late make the learner wait, while early ones only cost a little freshness.
+SNAPSHOT_MARGIN = 1.2
+#: Below this fraction of the update done, a snapshot gains nothing over the last weights.
+MIN_SNAPSHOT_AT = 0.05
+
+
+class OverlappedRounds:
+    def __init__(self, coordinator: Coordinator, mode: str):
+        self.c = coordinator
+        self.intake = coordinator.intake
+        self.mode = mode
+        plan = coordinator.plan
+        self.max_lag = plan["actors"]["max_lag"] if mode == "async" else 1
+        self.target = coordinator.rules.sized(coordinator.state.actors_next)
+        self._started = False
+        #: Pipelined: invocations started for the round after the current one.
+        self._launched_next = 0
+        self._snapshots = mode == "pipelined" and bool(
+            coordinator.roles.learner.supports_snapshots)
+        self._snapshot_fixed: float | None = plan["run"]["snapshot_at"]
+        self._last_learner_s: float | None = None
+        self._snapshot_task: asyncio.Task[None] | None = None
+        self._spec: dict[str, Any] | None = None
+        self._next_size = 0
+        self.intake.per_round = False
+        if mode == "async":
+            self.intake.on_done = self._top_up
+
+    # -- launching ----------------------------------------------------------------------------
+
+    def _launch(self, number: int, count: int) -> int:
+        if self._spec is None:
+            self._spec = self.c.actor_spec()
+        return self.intake.launch(number, self.c.state.version, count, self._spec)
+
+    def _top_up(self, ok: bool) -> None:
+        """Async mode: keep ``target`` in flight; an actor that fails at once must not turn
+        the fleet into a hot loop of failures."""
+        if ok:
+            self._fill()
+        else:
+            delay = min(2.0, 0.05 * 2 ** min(self.intake.consecutive_failures, 6))
+            asyncio.get_running_loop().call_later(delay, self._fill)
+
+    def _fill(self) -> int:
+        return self._launch(self.c.state.round + 1, self.target - len(self.intake.tasks))
+
+    # -- one round ----------------------------------------------------------------------------
+
+    async def run_round(self) -> RoundRecord | None:
+        c, s = self.c, self.c.state
+        t_round = time.perf_counter()
+        number = s.round + 1
+        if not self._started:
+            await c.publish_weights(number)
+            self._started = True
+            self._launched_next = self._launch(number, self.target)
+        c.publish(ev.RoundStarted(round=number, actors=self.target, version=s.version))
+        t_actors = time.perf_counter()
+        if self.mode == "async":
+            wanted = c.plan["actors"]["batches_per_update"] or self.target
+            refill = lambda missing: self._fill()  # noqa: E731
+        else:
+            wanted = self._launched_next or self.target
+            refill = lambda missing: self._launch(number, missing)  # noqa: E731
+        gathered = await self.intake.gather(number, s.version, wanted, max_lag=self.max_lag,
+                                            refill=refill)
+        if gathered is None:
+            return None
+        batches, actor_s = gathered.batches, time.perf_counter() - t_actors
+        arrived = {b["request_id"] for b in batches}
+        # This round's receipts, taken before the next fan-out: its invocations may finish
+        # during the update, and they belong (and are charged) to the next round.
+        receipts = self.intake.receipts_for(arrived, self.intake.drain_receipts())
+        sample_s = self.intake.drain_sample_s()
+        self._report_lag(number, batches, gathered.stale)
+
+        n = self.target
+        self._launched_next = 0
+        snapshot = None
+        launch_after_decision = False
+        if self.mode == "pipelined":
+            if c.roles.scaler.adaptive:
+                launch_after_decision = True
+            else:
+                snapshot = self._launch_ahead(number, n, batches, sample_s)
+        metrics, learner_s = await c.update(number, s.version, batches, gathered.message_ids,
+                                            snapshot=snapshot)
+        self._last_learner_s = learner_s or self._last_learner_s
+        snapshot_task, self._snapshot_task = self._snapshot_task, None
+        if snapshot_task is not None:
+            await snapshot_task  # its version must be published before the update's
+        await c.publish_weights(number)
+        if snapshot is not None and snapshot_task is None:
+            # The update ended before the snapshot point (an early KL stop): fresh weights.
+            self._launched_next = self._launch(number + 1, self._next_size)
+
+        async def launch_decided(record: RoundRecord) -> None:
+            if c.rules.after_round(record) is None:
+                size = c.rules.fan_out_size(s.actors_next, 0, 0.0, rounds_pending=0)
+                self._launched_next = self._launch(number + 1, size)
+
+        record = await c.finish_round(
+            number, n, batches, receipts, metrics, t_round=t_round, actor_s=actor_s,
+            learner_s=learner_s, actor_idle_s=0.0,
+            after_decision=launch_decided if launch_after_decision else None,
+        )
+        self.target = max(s.actors_next, c.rules.n_min)
+        if self.mode == "async":
+            self._fill()
+        return record
+
+    def _launch_ahead(self, number: int, n: int, batches: list[Batch],
+                      sample_s: list[float]) -> SnapshotRequest | None:
+        """Pipelined, non-adaptive scaler: decide round ``number + 1``'s size now and start
+        its fan-out now or at a snapshot point of the coming update."""
+        c = self.c
+        pending_steps = sum(int(b["env_steps"]) for b in batches)
+        pending_usd = c.rules.round_usd(n)
+        wanted = c.scale(None, number=number, current=n, pending_usd=pending_usd)
+        size = c.rules.fan_out_size(wanted, pending_steps, pending_usd)
+        c.decided_ahead = max(wanted, c.rules.n_min)
+        self._next_size = size
+        if size == 0:
+            return None
+        at = self._snapshot_at(sample_s)
+        if at is None:
+            self._launched_next = self._launch(number + 1, size)
+            return None
+        return self._snapshot_request(number, at)
+
+    def _snapshot_at(self, sample_s: list[float]) -> float | None:
+        """Fraction of the update after which the next fan-out starts, or None for now."""
+        if not self._snapshots:
+            return None
+        if self._snapshot_fixed is not None:
+            return self._snapshot_fixed if self._snapshot_fixed > 0 else None
+        if not sample_s or not self._last_learner_s:
+            return None
+        at = 1.0 - SNAPSHOT_MARGIN * max(sample_s) / self._last_learner_s
+        return at if at >= MIN_SNAPSHOT_AT else None
+
+    def _snapshot_request(self, number: int, at: float) -> SnapshotRequest:
+        loop = asyncio.get_running_loop()
+
+        def start(weights: Weights) -> None:  # on the loop
+            self._snapshot_task = asyncio.create_task(self._publish_and_launch(number, weights))
+
+        def deliver(weights: Weights) -> None:  # in the learner's thread
+            loop.call_soon_threadsafe(start, weights)
+
+        return SnapshotRequest(at=at, deliver=deliver)
+
+    async def _publish_and_launch(self, number: int, weights: Weights) -> None:
+        await self.c.publish_weights(number, weights)
+        self._launched_next = self._launch(number + 1, self._next_size)
+
+    def _report_lag(self, number: int, batches: list[Batch], stale: int) -> None:
+        if not batches:
+            return
+        version = self.c.state.version
+        lags = [version - int(b["version"]) for b in batches]
+        histogram = Counter(str(lag) for lag in lags)
+        self.c.publish(ev.VersionLag(
+            round=number, mean=sum(lags) / len(lags), max=max(lags),
+            histogram=dict(sorted(histogram.items())), dropped_stale=stale,
+        ))

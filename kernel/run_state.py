@@ -1,0 +1,163 @@
+"""What a run carries from round to round, and the one set of rules that ends it.
+
+``RunState`` and ``Counters`` are everything that continues across rounds and across a resume.
+``StopRules`` answers the two questions every mode asks — "is another round due?" before a
+round, and "may this fan-out start?" before invocations that a later update will train on —
+and it sizes rounds against the budget with the cost model's one estimate of a round's cost,
+so the scaler's cap and the stop rule can never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kernel.roles import CostModel, RoundRecord
+
+
+@dataclass
+class Counters:
+    invocations: int = 0
+    invocation_errors: int = 0
+    invocation_timeouts: int = 0
+    invocations_cancelled: int = 0
+    throttles: int = 0
+    retries: int = 0
+    cold_starts: int = 0
+    rejected_payloads: int = 0
+    rejected_reasons: dict[str, int] = field(default_factory=dict)
+    stale_batches: int = 0
+    duplicate_batches: int = 0
+    empty_rounds: int = 0
+    lost_batches: int = 0
+
+    def reject(self, reason: str) -> None:
+        self.rejected_payloads += 1
+        self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+
+@dataclass
+class RunState:
+    """Everything that continues across rounds (and across a resume)."""
+
+    round: int = 0
+    version: int = 0
+    env_steps: int = 0
+    actors_next: int = 1
+    cost_usd: float = 0.0
+    sim_time_s: float = 0.0
+    best_eval_return: float | None = None
+    final_eval_return: float | None = None
+    actors_per_round: list[int] = field(default_factory=list)
+    history: list[RoundRecord] = field(default_factory=list)
+    counters: Counters = field(default_factory=Counters)
+    seen_requests: set[str] = field(default_factory=set)
+
+
+#: Empty rounds in a row after which the actors are taken to be failing for good.
+EMPTY_ROUNDS_LIMIT = 3
+
+
+class StopRules:
+    """The plan's stop conditions and the budget allocator, in one place.
+
+    The budget is spent by one estimate, ``CostModel.estimate_round_usd`` (or
+    ``estimate_first_round_usd`` before anything was measured): a round runs with the largest
+    actor count the scaler wants that the estimate says the budget left can pay for, and the run
+    stops for the budget only when not even ``actors.min`` actors fit. So a run ends having
+    spent its budget down to less than one smallest round, not stranded by a second, more
+    cautious rule.
+    """
+
+    def __init__(self, plan: dict[str, Any], state: RunState, cost: CostModel,
+                 wall_s: Callable[[], float]):
+        self.limits = plan["stop"]
+        self.n_min: int = plan["actors"]["min"]
+        self.n_max: int = plan["actors"]["max"]
+        self.state = state
+        self.cost = cost
+        self.wall_s = wall_s
+
+    # -- the budget allocator -----------------------------------------------------------------
+
+    def round_usd(self, actors: int) -> float:
+        """The cost model's estimate of one round with ``actors`` actors."""
+        history = self.state.history
+        if not history:
+            return max(0.0, float(self.cost.estimate_first_round_usd(actors) or 0.0))
+        return max(0.0, float(self.cost.estimate_round_usd(history[-1], actors)))
+
+    def affordable(self, pending_usd: float = 0.0) -> int | None:
+        """The largest actor count (at most ``actors.max``) whose round the budget left can pay
+        for, after ``pending_usd`` of work done but not charged yet; 0 when not even one actor
+        fits; None without a budget."""
+        budget = self.limits["budget_usd"]
+        if budget is None:
+            return None
+        left = budget - self.state.cost_usd - pending_usd
+        if self.round_usd(1) > left:
+            return 0
+        lo, hi = 1, self.n_max  # round_usd grows with the actor count: bisect
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self.round_usd(mid) <= left:
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def sized(self, wanted: int, pending_usd: float = 0.0) -> int:
+        """``wanted`` clipped to the plan's bounds and to what the budget can pay for (0: no
+        round fits)."""
+        n = max(self.n_min, min(self.n_max, wanted))
+        cap = self.affordable(pending_usd)
+        if cap is None:
+            return n
+        return min(n, cap) if cap >= self.n_min else 0
+
+    # -- the stop rules -----------------------------------------------------------------------
+
+    def before_round(self) -> str | None:
+        """Why no round may start now, or None. Checked on entry too: a resumed run may be
+        done already."""
+        limits, s = self.limits, self.state
+        if limits["max_rounds"] is not None and s.round >= limits["max_rounds"]:
+            return "max_rounds"
+        if limits["max_env_steps"] is not None and s.env_steps >= limits["max_env_steps"]:
+            return "max_env_steps"
+        if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
+            return "max_wall_s"
+        if limits["budget_usd"] is not None and self.sized(s.actors_next) == 0:
+            return "budget"
+        return None
+
+    def after_round(self, record: RoundRecord) -> str | None:
+        """Why the run ends with the round just finished, or None."""
+        target = self.limits["target_return"]
+        if target is not None and record.eval_return is not None and \
+                record.eval_return >= target:
+            return "target_return"
+        if self.state.counters.empty_rounds >= EMPTY_ROUNDS_LIMIT:
+            return "actors_failing"
+        return None
+
+    def fan_out_size(self, wanted: int, pending_env_steps: int, pending_usd: float,
+                     rounds_pending: int = 1) -> int:
+        """How many invocations a fan-out for the next round may start while
+        ``rounds_pending`` rounds (the current one, or none once it finished) are not yet
+        counted: their ``pending_env_steps`` untrained, their ``pending_usd`` uncharged
+        (0: none).
+
+        Overlapped rounds launch before the current update; without this look-ahead the last
+        round would pay for invocations never trained on, and a budget would be overspent.
+        Wall time and the target return cannot be foreseen: at most one fan-out is cancelled
+        (and billed) when they end the run."""
+        limits, s = self.limits, self.state
+        if limits["max_rounds"] is not None and \
+                s.round + rounds_pending >= limits["max_rounds"]:
+            return 0
+        if limits["max_env_steps"] is not None and \
+                s.env_steps + pending_env_steps >= limits["max_env_steps"]:
+            return 0
+        return self.sized(wanted, pending_usd)
