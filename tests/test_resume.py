@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from kernel import checkpoint, codec
 from kernel.engine import Engine
@@ -104,3 +106,124 @@ def test_an_unreadable_checkpoint_is_refused_clearly(tmp_path: Path) -> None:
     path.write_bytes(b"\x80\x04garbage")
     result = run_cli("run", "--resume", str(out))
     assert result.returncode == 2 and "not a checkpoint" in result.stderr
+
+
+# -- every piece of state survives a checkpoint ----------------------------------------------
+
+#: Observation and return normalisation on, an adaptive scaler with state (KungFu, fed by the
+#: GNS probe), a checkpoint every round.
+STATEFUL = {"stop.max_rounds": 3, "stop.target_return": 1e9, "actors.steps": 64,
+            "actors.count": 2, "actors.max": 4, "env.normalize_obs": True,
+            "env.normalize_reward": True, "scaler.name": "kungfu",
+            "probes": [{"name": "gns", "every": 1, "samples": 256, "slices": 4}],
+            "sinks": [], "checkpoint.every": 1}
+
+
+def _assert_same(saved: object, restored: object, path: str = "state") -> None:
+    """Deep equality of checkpoint-able state (maps, lists, numpy arrays, scalars)."""
+    if isinstance(saved, dict):
+        assert isinstance(restored, dict) and saved.keys() == restored.keys(), path
+        for key in saved:
+            _assert_same(saved[key], restored[key], f"{path}.{key}")
+    elif isinstance(saved, (list, tuple)):
+        assert isinstance(restored, (list, tuple)) and len(saved) == len(restored), path
+        for i, (a, b) in enumerate(zip(saved, restored, strict=True)):
+            _assert_same(a, b, f"{path}[{i}]")
+    elif isinstance(saved, np.ndarray):
+        np.testing.assert_array_equal(np.asarray(restored), saved, err_msg=path)
+    else:
+        assert restored == saved or (saved != saved and restored != restored), \
+            (path, saved, restored)
+
+
+def _snapshot(engine: Engine) -> dict:
+    """Everything the docs promise a resume brings back, read through the roles' own
+    ``state()`` (what a checkpoint holds)."""
+    roles = engine._roles  # type: ignore[union-attr]
+    s = engine.state
+    return {
+        "learner": roles.learner.state(),  # model, optimiser, torch RNG, obs/return stats
+        "scaler": roles.scaler.state(),
+        "cost_model": roles.cost.state(),
+        "numpy_rng": engine.rng.bit_generator.state,
+        "run": {"round": s.round, "env_steps": s.env_steps, "version": s.version,
+                "cost_usd": s.cost_usd, "counters": dataclasses.asdict(s.counters),
+                "history": [dataclasses.asdict(r) for r in s.history]},
+    }
+
+
+def test_a_resume_restores_every_piece_of_state(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    engine = Engine.from_plan(CARTPOLE, STATEFUL, out_dir=out)
+    asyncio.run(engine.run())
+    saved = _snapshot(engine)
+    assert saved["learner"]["obs_rms"] is not None and saved["learner"]["ret_rms"] is not None
+    assert saved["scaler"]["n"] is not None  # the scaler did adapt
+    assert saved["run"]["cost_usd"] > 0 and saved["run"]["round"] == 3
+    optimiser = saved["learner"]["core"]
+    assert optimiser, "the learner's core state (model and optimiser) is empty?"
+    body = checkpoint.read(checkpoint.latest(out))  # type: ignore[arg-type]
+    assert body["run_state"]["round"] == 3
+
+    async def restored() -> dict:
+        again = Engine.resume(out)
+        async with again:
+            return _snapshot(again)
+
+    _assert_same(saved, asyncio.run(restored()))
+
+
+# -- an interrupted run continues exactly ----------------------------------------------------
+
+SYNC = {"run.mode": "sync", "run.seed": 7, "stop.max_rounds": 6, "stop.target_return": 1e9,
+        "actors.steps": 64, "actors.count": 2, "probes": [], "sinks": [],
+        "checkpoint.every": 1, "env.normalize_obs": True}
+
+
+def _losses(out: Path) -> dict[int, dict[str, float]]:
+    lines = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()]
+    return {e["round"]: e["metrics"] for e in lines if e["event"] == "LearnerUpdated"}
+
+
+def _weights(engine: Engine) -> dict:
+    return engine._roles.learner.weights()  # type: ignore[union-attr]
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    "actors' warm samplers are not part of a checkpoint: in the uninterrupted run round 4 "
+    "continues the episodes of round 3 in the same worker (plugins/handler.py keeps "
+    "_warm.samplers, built once with the first invocation's seed), a resumed run builds fresh "
+    "samplers seeded by round 4's invocation, so rollouts and losses differ from round 4 on"))
+def test_an_interrupted_sync_run_matches_an_uninterrupted_one_round_by_round(
+        tmp_path: Path) -> None:
+    straight = Engine.from_plan(CARTPOLE, SYNC, out_dir=tmp_path / "straight")
+    asyncio.run(straight.run())
+    expected = _losses(tmp_path / "straight")
+    assert sorted(expected) == list(range(1, 7))
+
+    out = tmp_path / "stopped"
+    first = Engine.from_plan(CARTPOLE, SYNC, out_dir=out)
+
+    async def stop_after_round_3(event: object) -> None:
+        from kernel import events as ev
+
+        if isinstance(event, ev.RoundFinished) and event.round == 3:
+            first.request_stop("test interruption")
+
+    from tests.conftest import run_watching
+
+    summary = run_watching(first, stop_after_round_3)
+    assert summary["rounds"] == 3, summary
+
+    async def resume() -> dict:
+        again = Engine.resume(out)
+        async with again:
+            await again.run()
+            return _weights(again)
+
+    final = asyncio.run(resume())
+    got = _losses(out)
+    assert sorted(got) == list(range(1, 7))
+    for number in range(1, 7):
+        assert got[number] == pytest.approx(expected[number], rel=1e-6, abs=1e-9), number
+    _assert_same(_weights(straight), final, "weights")
