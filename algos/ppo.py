@@ -40,6 +40,9 @@ class PPOConfig:
     """the lambda for the general advantage estimation"""
     num_minibatches: int = 4
     """the number of mini-batches per epoch"""
+    minibatch_size: int | None = None
+    """samples per mini-batch; when set it overrides num_minibatches, so a bigger round
+    (a boost) takes more optimiser steps rather than bigger ones"""
     update_epochs: int = 4
     """the K epochs to update the policy"""
     norm_adv: bool = True
@@ -273,7 +276,6 @@ class PPO(LearnerCore):
         `on_step(done, total)` runs after every optimiser step (the engine snapshots weights
         part-way through for pipelined actors)."""
         c = self.config
-        total_steps = c.update_epochs * c.num_minibatches
         # Annealing the rate if instructed to do so.
         lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
 
@@ -281,6 +283,9 @@ class PPO(LearnerCore):
         b = self.make_batch(rollout)
         self.remember_optimised(rollout, {k: v for k, v in b.items() if k in MODEL_PARTS})
         batch_size = b["obs"].shape[0]
+        minibatches = c.num_minibatches if c.minibatch_size is None else \
+            max(1, min(batch_size // 2, round(batch_size / c.minibatch_size)))
+        total_steps = c.update_epochs * minibatches
 
         # ALGO LOGIC: optimizing the policy and value network
         self.model.train()
@@ -288,10 +293,10 @@ class PPO(LearnerCore):
         for _epoch in range(c.update_epochs):
             b_inds = torch.randperm(batch_size, device=self.device)
             # Shuffle once per epoch, then slice: minibatches are views, not one gather per
-            # tensor per minibatch. Exactly num_minibatches near-equal parts: B (summed over
+            # tensor per minibatch. Exactly `minibatches` near-equal parts: B (summed over
             # actors) need not divide, and a minibatch of one sample would make the std NaN.
-            parts_of = {k: torch.tensor_split(v[b_inds], c.num_minibatches) for k, v in b.items()}
-            for i in range(c.num_minibatches):
+            parts_of = {k: torch.tensor_split(v[b_inds], minibatches) for k, v in b.items()}
+            for i in range(minibatches):
                 mb = {k: v[i] for k, v in parts_of.items()}
                 loss, parts = ppo_loss(self.model, mb, c)
                 clipfracs.append(parts["clipfrac"])

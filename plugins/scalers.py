@@ -305,6 +305,68 @@ class HydrozoaScaler(_Scaler):
         return min(base * 2 ** min(step, 30), ctx.n_max)
 
 
+class CriticalBatchScaler(_Scaler):
+    """The round size that buys progress cheapest, from the gradient noise and the prices.
+
+    McCandlish et al. (2018) found that the optimiser steps S and samples E needed to reach a
+    given loss trade off as (S / S_min - 1)(E / E_min - 1) = 1, with B_noise = E_min / S_min the
+    gradient noise scale tr(Sigma) / |G|^2. A round is one step; if a round costs a fixed
+    ``c_round`` (learner start-up, probes, the request floor) plus ``c_sample`` per sample, the
+    dollars to reach that loss with rounds of B samples are
+
+        C(B) = S_min (c_round + c_sample B_noise) + S_min (c_round B_noise / B + c_sample B),
+
+    which is least at B* = sqrt(B_noise c_round / c_sample). So the next round gets
+    N = B* / (samples per actor) actors. The noise scale comes from the ``gns`` probe, each of
+    its two parts smoothed on its own (a ratio of noisy estimates is biased, so it is taken
+    of the averages); both prices come from the budget allocator's one round estimate
+    (c_round = est(1) - c_actor, c_actor = est(2) - est(1)), so the rule boosts where samples
+    are cheap against rounds (a GPU learner, a slow start-up) and when the gradient grows noisy
+    (late in training, or on hard batches), and stays small where updates are what pays.
+    A round without a usable measurement keeps N.
+    """
+
+    def __init__(self, ctx: PluginContext):
+        super().__init__(ctx)
+        cfg = ctx.config
+        self.smoothing = float(cfg["smoothing"])
+        self.ema_g2: float | None = None
+        self.ema_trace: float | None = None
+
+    def choose(self, ctx: ScaleContext) -> int:
+        record = ctx.history[-1] if ctx.history else None
+        if record is None or ctx.round_usd is None or not record.batches:
+            self.last_detail = {"skipped": 1.0}
+            return ctx.current
+        g2 = _finite(record.probes.get("grad_norm_sq"))
+        trace = _finite(record.probes.get("trace_sigma"))
+        if g2 is not None and trace is not None:
+            a = self.smoothing
+            self.ema_g2 = g2 if self.ema_g2 is None else a * self.ema_g2 + (1 - a) * g2
+            self.ema_trace = trace if self.ema_trace is None else \
+                a * self.ema_trace + (1 - a) * trace
+        if self.ema_g2 is None or self.ema_trace is None or self.ema_g2 <= 0:
+            self.last_detail = {"skipped": 1.0}
+            return ctx.current
+        b_noise = max(self.ema_trace, 0.0) / self.ema_g2
+        per_actor_samples = record.env_steps / record.batches
+        one, two = ctx.round_usd(1), ctx.round_usd(2)
+        c_actor = max(two - one, 1e-15)
+        c_round = max(one - c_actor, 1e-15)
+        c_sample = c_actor / per_actor_samples
+        b_star = math.sqrt(b_noise * c_round / c_sample)
+        n = b_star / per_actor_samples
+        self.last_detail = {"b_noise": b_noise, "b_star": b_star, "c_round_usd": c_round,
+                            "c_sample_usd": c_sample, "skipped": 0.0}
+        return max(1, round(n))
+
+    def state(self) -> dict[str, Any]:
+        return {"ema_g2": self.ema_g2, "ema_trace": self.ema_trace}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        self.ema_g2, self.ema_trace = state.get("ema_g2"), state.get("ema_trace")
+
+
 class GnsScaler(_Scaler):
     """Boost to N_max when the noise scale's z-score against its recent history crosses
     ``threshold`` (a jump in gradient noise: bigger batches pay), else N_min."""
@@ -409,7 +471,8 @@ ADAPTIVE_MAX_FACTOR = 8
 
 #: The probe value each measuring scaler reads by default, and the probe that reports it.
 DEFAULT_SIGNAL = {"nitro": "hessian_ratio", "prototype": "hessian_ratio",
-                  "no_boost": "hessian_ratio", "gns": "gns", "kungfu": "gns"}
+                  "no_boost": "hessian_ratio", "gns": "gns", "kungfu": "gns",
+                  "critical_batch": "gns"}
 SIGNAL_PROBE = {"hessian_ratio": "hessian", "gns": "gns"}
 
 

@@ -11,6 +11,8 @@ PPO_CONFIG = {
     "gamma": Field("float", 0.99, "Discount factor.", min=0, max=1),
     "gae_lambda": Field("float", 0.95, "GAE lambda.", min=0, max=1),
     "num_minibatches": Field("int", 4, "Minibatches per epoch.", min=1),
+    "minibatch_size": Field("int", None, "Samples per minibatch; overrides num_minibatches, "
+                            "so a bigger round takes more optimiser steps.", min=2),
     "update_epochs": Field("int", 4, "Epochs over each round's batch.", min=1),
     "norm_adv": Field("bool", True, "Normalise advantages per minibatch."),
     "clip_coef": Field("float", 0.2, "Surrogate clipping coefficient.", min=0, min_exclusive=True),
