@@ -267,7 +267,7 @@ def scan(payload: bytes | bytearray | memoryview, limits: Limits) -> None:
             if children > end - pos:  # every object takes at least one byte
                 raise CodecError("malformed_msgpack", "container longer than the payload")
             if len(stack) > limits.max_depth:
-                raise CodecError("too_deep", f"nesting deeper than {limits.max_depth}")
+                raise CodecError("malformed_msgpack", f"nesting deeper than {limits.max_depth}")
             stack.append(children)
 
 

@@ -150,7 +150,7 @@ def _nested(depth: int) -> list[object]:
          "unknown_ext_type"),
         (_payload({"t": msgpack.Timestamp(1, 0)}), "unknown_ext_type"),
         (_payload({b"raw-key": 1}), "bad_type"),
-        (_payload({"deep": _nested(40)}), "too_deep"),
+        (_payload({"deep": _nested(40)}), "malformed_msgpack"),  # nesting over 32
         (_payload({"s": "x" * (2 << 20)}), "malformed_msgpack"),  # over max_str_len
         (_payload({"n": list(range(20_000))}), "too_many_objects"),
         (b"\x83" + b"\xc1", "malformed_msgpack"),  # reserved type byte
