@@ -129,7 +129,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _validate(args: argparse.Namespace) -> int:
     import tomli_w
 
-    from kernel.engine import _drop_none
+    from kernel.jsonsafe import drop_none as _drop_none
     from kernel.plan import load_plan
 
     plan = load_plan(args.plan, args.overrides)

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import math
 import os
 import secrets
 import time
@@ -36,6 +35,7 @@ from kernel import checkpoint, logs
 from kernel import events as ev
 from kernel.bus import Bus, Policy
 from kernel.coordinator import Coordinator
+from kernel.jsonsafe import drop_none, json_safe
 from kernel.overlapped import OverlappedRounds
 from kernel.plan import load_plan
 from kernel.registry import Registry, default_registry
@@ -128,7 +128,7 @@ class Engine:
         # Line-buffered: whoever tails the journal (a dashboard, a test) sees each event at once.
         self._journal = (self.run_dir / "events.jsonl").open(mode, encoding="utf-8", buffering=1)
         (self.run_dir / "plan.toml").write_text(
-            tomli_w.dumps(_drop_none(logs.redact(self.plan))), encoding="utf-8"
+            tomli_w.dumps(drop_none(logs.redact(self.plan))), encoding="utf-8"
         )
         self._entered = True
         try:
@@ -225,7 +225,7 @@ class Engine:
     def publish(self, event: ev.Event) -> None:
         """Journal the event (``events.jsonl`` is complete by contract), then fan it out."""
         if self._journal is not None:
-            self._journal.write(json.dumps(_json_safe(event.to_dict())) + "\n")
+            self._journal.write(json.dumps(json_safe(event.to_dict())) + "\n")
         self.bus.publish(event)
 
     async def events(
@@ -344,7 +344,7 @@ class Engine:
         self.summary = self._summary(reason)
         path = self.run_dir / "summary.json"
         tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(_json_safe(self.summary), indent=2) + "\n", encoding="utf-8")
+        tmp.write_text(json.dumps(json_safe(self.summary), indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
         if self.checkpointer is not None and not failed:
             try:
@@ -465,24 +465,3 @@ def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> Any:
 def _run_id(name: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)[:40]
     return f"{safe}-{secrets.token_hex(4)}"
-
-
-def _drop_none(value: Any) -> Any:
-    """TOML has no null: unset optional keys are left out of the resolved plan."""
-    if isinstance(value, dict):
-        return {k: _drop_none(v) for k, v in value.items() if v is not None}
-    if isinstance(value, list):
-        return [_drop_none(v) for v in value]
-    return value
-
-
-def _json_safe(value: Any) -> Any:
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
-        return _json_safe(value.item())
-    return value

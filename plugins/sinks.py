@@ -290,7 +290,7 @@ class JsonlSink:
 
     async def handle(self, event: Any) -> None:
         if self.file is not None and ("*" in self.types or type(event).__name__ in self.types):
-            from kernel.engine import _json_safe
+            from kernel.jsonsafe import json_safe as _json_safe
 
             self.file.write(json.dumps(_json_safe(event.to_dict())) + "\n")
 
