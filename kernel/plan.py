@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import os
+import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -54,17 +55,8 @@ STOP = {
     "max_wall_s": Field("float", None, "Stop after this many seconds.", min=0, min_exclusive=True),
 }
 ENV = {
-    "provider": Field("str", "gymnasium", "env plugin that builds and checks the id."),
-    "id": Field("str", doc="Environment id, e.g. CartPole-v1, Hopper-v5, ALE/Pong-v5."),
-    "num_envs": Field("int", 4, "Vectorised envs per actor.", min=1, max=4096),
-    "kwargs": Field("table", {}, "Keyword arguments for gymnasium.make."),
-    "normalize_obs": Field("bool", True, "Running observation normalisation."),
-    "normalize_reward": Field("bool", True, "Scale rewards by the discounted-return std."),
-    "clip_obs": Field("float", 10.0, "Clip normalised observations to [-c, c].", min=0,
-                      min_exclusive=True),
-    "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1),
-    "clip_reward": Field(
-        "bool", None, "Clip training rewards to their sign (default: on for ALE ids only)."),
+    "provider": Field("str", "gymnasium", "env plugin: it declares the rest of this section "
+                      "and builds the environments from it."),
 }
 ALGO = {"name": Field("str", "ppo", "algo plugin.")}
 ACTORS = {
@@ -250,7 +242,16 @@ def _validate_section(
     return validate_table(path, data, fields)
 
 
+#: A run name becomes a directory name under run.out_dir and part of the run id (Redis keys):
+#: no separators, no leading dot (no "..", no hidden folders), no control characters.
+RUN_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9._ -]{0,62}[A-Za-z0-9._-])?")
+
+
 def _cross_checks(plan: dict[str, Any]) -> None:
+    name = plan["run"]["name"]
+    if not RUN_NAME.fullmatch(name):
+        raise PlanError("run.name", "1-64 letters, digits, '_', '-', '.' or inner spaces, "
+                        "not starting with '.' or '-'", name, note="it names a folder under run.out_dir")
     stop = plan["stop"]
     if all(stop[k] is None for k in ("max_rounds", "max_env_steps", "max_wall_s", "budget_usd")):
         raise PlanError(
