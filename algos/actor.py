@@ -1,9 +1,15 @@
 """The stock actor policy of the algo plugins: ``actor="algos.actor:make_actor_policy"``.
 
 It picks the cheapest implementation that runs the learner's `algos.nets.ActorCritic`:
-numpy for MLPs (`algos.policy_numpy.MLPPolicy`: faster on a few envs, and no `import torch`
-in a cold actor), torch for the Nature CNN (`algos.policy.ActorPolicy`). This module imports
-neither torch nor the policies until asked.
+
+- numpy for MLPs (`algos.policy_numpy.MLPPolicy`): faster on a few envs, and no `import torch`
+  in a cold actor;
+- ONNX Runtime for the Nature CNN (`algos.policy_onnx.CNNPolicy`) when the optional ``onnx``
+  extra is installed: at an actor's handful of frames its forward takes about half of eager
+  torch's time, which is most of a pixel actor's step, and a cold actor skips `import torch`;
+- torch otherwise (`algos.policy.ActorPolicy`), the reference the other two are tested against.
+
+This module imports neither torch nor the policies until asked.
 """
 
 from __future__ import annotations
@@ -18,6 +24,10 @@ def make_actor_policy(spec: Mapping[str, Any]) -> Any:
 
     if is_mlp_spec(spec):
         return MLPPolicy(spec)
+    from algos.policy_onnx import CNNPolicy, onnx_available
+
+    if onnx_available():
+        return CNNPolicy(spec)
     from algos.policy import ActorPolicy
 
     return ActorPolicy(dict(spec))
