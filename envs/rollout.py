@@ -20,7 +20,7 @@ import gymnasium as gym
 import numpy as np
 
 from envs.atari import GameEnds, is_atari
-from envs.make import make_vector_env, resolve_spec, rollout_obs_dtype
+from envs.make import make_vector_env, resolve_spec, rollout_obs_dtype, split_env_id
 from envs.normalize import EPSILON, moments
 
 __all__ = ["Policy", "Sampler", "evaluate"]
@@ -128,7 +128,9 @@ class Sampler:
         obs, info = self.envs.reset(seed=seed)
         self._obs = np.array(obs, copy=True)  # raw observation of the next step
         # Atari training envs end episodes at lost lives; episode returns count whole games.
-        self._game_ends = GameEnds(info) if is_atari(self.spec["id"]) else None
+        # The id may name its registering module (``ale_py:ALE/Pong-v5``): judge the game id.
+        atari = is_atari(split_env_id(self.spec["id"])[1])
+        self._game_ends = GameEnds(info) if atari else None
         E = self.num_envs
         self._episode_return = np.zeros(E, dtype=np.float64)
         self._episode_length = np.zeros(E, dtype=np.int64)
