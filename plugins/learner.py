@@ -25,19 +25,38 @@ ROLLOUT_KEYS = ("obs", "actions", "logprobs", "values", "rewards", "terminated",
 REWARD_CLIP = 10.0
 
 
-def configure_threads(spaces: Mapping[str, Any], requested: int) -> int:
-    """Set the learner's torch intra-op threads. Measured here: a PPO update of 2048 Hopper
-    samples in minibatches of 64 took 0.48 s on 1 thread and 5 s on 2 while another process
-    used the other core; the Nature CNN, in contrast, gains from every core."""
-    import os
+def configure_threads(spaces: Mapping[str, Any], requested: int,
+                      actors: Mapping[str, Any] | None = None) -> int:
+    """Set the learner's torch intra-op threads: ``requested``, or the default below.
 
+    Vector observations get 1 thread: a PPO update of 2048 Hopper samples in minibatches of
+    64 took 0.48 s on 1 thread and 5 s on 2 while another process used the other core.
+
+    Pixel learners (the Nature CNN) gain from threads only on cores nobody else uses. Local
+    actors (``actors`` is the plan's section) run worker processes on this machine, one per
+    core unless ``actors.workers`` says fewer, so the learner takes the cores they leave,
+    at least 1: a torch thread on a core an actor keeps busy is descheduled in the middle of
+    its share of each convolution, and every other thread waits at the next barrier
+    (`perf/learner_bench.py` on a loaded 2-core machine: APPO's update took 55 frames/s on 1
+    thread, 21 on 2). Remote actors (Lambda) leave the machine to the learner: every core.
+    """
     import torch
 
-    threads = requested or (
-        (os.cpu_count() or 1) if len(spaces["obs_shape"]) == 3 else 1
-    )
+    threads = requested or _default_threads(spaces, actors)
     torch.set_num_threads(threads)
     return threads
+
+
+def _default_threads(spaces: Mapping[str, Any], actors: Mapping[str, Any] | None) -> int:
+    if len(spaces["obs_shape"]) != 3:
+        return 1
+    from kernel.workers import default_worker_count
+
+    cores = default_worker_count()  # the cores this process may run on
+    if actors is None or actors.get("backend", "local") != "local":
+        return cores
+    workers = actors.get("workers") or cores
+    return max(1, cores - workers)
 
 
 def resolve_device(name: str) -> str:
@@ -53,7 +72,8 @@ class OnPolicyLearner:
         self.core = core
         self.spaces = spaces
         self.algo = algo
-        self.threads = configure_threads(spaces, ctx.plan["run"]["torch_threads"])
+        self.threads = configure_threads(spaces, ctx.plan["run"]["torch_threads"],
+                                         ctx.plan["actors"])
         env = ctx.plan["env"]
         self.steps = ctx.plan["actors"]["steps"]
         self.num_envs = env["num_envs"]
@@ -277,7 +297,7 @@ def build_learner(ctx: PluginContext, core_class: Any, config_class: Any) -> OnP
     spaces = describe(env_spec_of(ctx.plan))
     # Before the model exists: its orthogonal initialisation runs LAPACK, whose result differs
     # in the last bits with the thread count, and a seeded run must start from the same weights.
-    configure_threads(spaces, ctx.plan["run"]["torch_threads"])
+    configure_threads(spaces, ctx.plan["run"]["torch_threads"], ctx.plan["actors"])
     core = core_class(spaces, config_class(**cfg),
                       device=resolve_device(ctx.plan["run"]["device"]))
     return OnPolicyLearner(ctx, core, spaces, ctx.name)
