@@ -258,11 +258,12 @@ def find(run_dir: Path) -> dict[str, Any]:
             if not exc.damaged:
                 raise PlanError("--resume", "a readable checkpoint", note=str(exc)) from None
             first = first or exc
-            log.warning("checkpoint_damaged", path=str(path), error=str(exc))
             continue
         if first is not None:
-            log.warning("checkpoint_fallback", path=str(path), round=body["run_state"]["round"],
-                        skipped=str(first))
+            # Said once, when there is something to fall back to; a run with no good
+            # checkpoint gets only the one-line refusal below.
+            log.warning("checkpoint_damaged_fallback", path=str(path),
+                        round=body["run_state"]["round"], skipped=str(first))
         return body
     assert first is not None
     raise PlanError("--resume", "a readable checkpoint", note=str(first)) from None

@@ -89,7 +89,7 @@ def test_a_damaged_newest_checkpoint_falls_back_to_the_previous_one(
     result = run_cli("run", "--resume", str(out), "--set", "stop.max_rounds=3", timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     output = result.stdout + result.stderr
-    assert "checkpoint_damaged" in output and "checkpoint_fallback" in output
+    assert "checkpoint_damaged_fallback" in output and "checksum mismatch" in output
     assert "Traceback" not in result.stderr
     # Every checkpoint damaged: a one-line refusal naming the newest one's problem.
     for path in (out / "checkpoints").glob("ckpt-*.nitro"):
