@@ -394,3 +394,18 @@ def test_pending_entries_whose_bodies_were_trimmed_are_acknowledged(
     assert got[0] == (ids[2], batch("a2")) and got[1] is None
     assert counters["redis_trimmed_acked"] == 2
     assert r.keys(f"nitro:{run_id}:*") == []
+
+
+def test_start_fails_in_seconds_when_redis_is_not_there(tmp_path: Path) -> None:
+    """No minute of silent retries before round 1: one actionable line, no password."""
+    from kernel.roles import Unreachable
+    from tests.conftest import free_port
+
+    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"  # nothing listens there
+    transport = make_transport(url, new_run_id(), tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(Unreachable) as info:
+        run(lambda: transport.start(None))  # type: ignore[arg-type]
+    assert time.monotonic() - t0 < 10
+    assert "is redis-server running" in str(info.value)
+    assert "s3cret-pw" not in str(info.value)
