@@ -44,7 +44,20 @@ LOCAL_CONFIG = {
                      "module:function the workers run (tests wrap it to inject faults)."),
 }
 
+#: The env section as the gymnasium provider reads it (the kernel only knows env.provider).
 GYMNASIUM_CONFIG = {
+    "id": Field("str", doc="Environment id, e.g. CartPole-v1, Hopper-v5, ALE/Pong-v5."),
+    "num_envs": Field("int", 4, "Vectorised envs per actor.", min=1, max=4096),
+    "kwargs": Field("table", {}, "Keyword arguments for gymnasium.make."),
+    "normalize_obs": Field("bool", None, "Running observation normalisation (default: on for "
+                           "vector observations, off for image frames, which the CNN scales "
+                           "itself; true on frames is refused)."),
+    "normalize_reward": Field("bool", True, "Scale rewards by the discounted-return std."),
+    "clip_obs": Field("float", 10.0, "Clip normalised observations to [-c, c].", min=0,
+                      min_exclusive=True),
+    "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1),
+    "clip_reward": Field(
+        "bool", None, "Clip training rewards to their sign (default: on for ALE ids only)."),
     "imports": Field("list[str]", [], "Modules to import first: packages that register their "
                      "envs on import (an id may also name its module, as in mod:MyEnv-v0)."),
 }
