@@ -54,6 +54,8 @@ class LearnerCore:
         self.optimizer.zero_grad = self.flat.zero_grad  # type: ignore[method-assign,assignment]
         #: The last update's rollout and the batch parts its model made (see `probe_batch`).
         self.optimised: tuple[Rollout, dict[str, torch.Tensor]] | None = None
+        #: The parameters the last update started from (see `remember_optimised`).
+        self.params_before: dict[str, torch.Tensor] | None = None
 
     def make_optimizer(self) -> optim.Optimizer:
         """Adam, as PPO, IMPALA and APPO use; a core with another optimiser overrides this.
@@ -94,8 +96,11 @@ class LearnerCore:
         return self.make_batch(rollout)
 
     def remember_optimised(self, rollout: Rollout, parts: dict[str, torch.Tensor]) -> None:
-        """Keep the model-made `parts` of the batch the update is about to optimise."""
+        """Keep the model-made `parts` of the batch the update is about to optimise, and the
+        parameters it starts from: the gradient noise the update faced is measured there (after
+        the update the batch's own gradient is near zero by construction)."""
         self.optimised = (rollout, parts)
+        self.params_before = {k: v.detach().clone() for k, v in self.model.named_parameters()}
 
     def optimised_parts(self, rollout: Rollout) -> dict[str, torch.Tensor] | None:
         """The kept parts if `rollout` is the very object the last update was given, else None

@@ -1,4 +1,5 @@
-"""The ``gns`` probe: gradient noise scale of the learner's loss on the round's batch.
+"""The ``gns`` probe: gradient noise scale of the learner's loss on the round's batch, at the
+parameters the update started from (``at = "before"``, the noise the update faced) or ended with.
 
 Same snapshot as the Hessian probe (parameter copies and the flat batch the learner trained
 on, subsampled); the batch is shuffled before slicing so that slices are not single env
@@ -20,9 +21,12 @@ class GnsProbe:
         self.every = int(cfg["every"])
         self.samples = int(cfg.get("samples", 4096))
         self.slices = int(cfg.get("slices", 8))
+        self.before = cfg.get("at", "before") == "before"
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:
-        snap = snapshot(ctx.learner, self.samples, ctx.seed)
+        # Where the update started: after it, the batch's own gradient is near zero by
+        # construction (it was just optimised) and |G|^2 reads as noise, often negative.
+        snap = snapshot(ctx.learner, self.samples, ctx.seed, before=self.before)
         if snap is None:
             return {}
         core, params, batch = snap

@@ -40,11 +40,13 @@ NAN = float("nan")
 Params = dict[str, torch.Tensor]
 
 
-def snapshot(learner: Any, samples: int, seed: int) -> tuple[Any, Params, Params] | None:
+def snapshot(learner: Any, samples: int, seed: int, *, before: bool = False
+             ) -> tuple[Any, Params, Params] | None:
     """(core, parameter copies, subsampled flat batch) of the last update, or None.
 
     The batch is the one the update optimised (``probe_batch``; a core without it falls back
-    to ``make_batch``, right when its batch does not depend on the model)."""
+    to ``make_batch``, right when its batch does not depend on the model). The parameters are
+    those after the update, or with ``before`` those it started from."""
     rollout = getattr(learner, "last_rollout", None)
     core = getattr(learner, "core", None)
     if rollout is None or core is None:
@@ -56,7 +58,11 @@ def snapshot(learner: Any, samples: int, seed: int) -> tuple[Any, Params, Params
     make = getattr(core, "probe_batch", None) or core.make_batch
     lock = getattr(learner, "_lock", None)
     with lock if lock is not None else contextlib.nullcontext():
-        params = {k: v.detach().clone() for k, v in core.model.named_parameters()}
+        kept = getattr(core, "params_before", None) if before else None
+        if before and kept is None:
+            return None
+        params = dict(kept) if before else {
+            k: v.detach().clone() for k, v in core.model.named_parameters()}
         with torch.no_grad():
             batch = make(rollout)
     size = int(next(iter(batch.values())).shape[0])

@@ -63,9 +63,32 @@ def test_probe_on_ppo_loss() -> None:
     core = PPO(BOX, PPOConfig(hidden_sizes=(8,)))
     learner = FakeLearner(core, ppo_rollout(64, 8, np.random.default_rng(0)))
     ctx = PluginContext(name="gns", config={"name": "gns", "every": 1, "samples": 512,
-                                            "slices": 8},
+                                            "slices": 8, "at": "after"},
                         plan={}, run_id="t", run_dir=None, seed=0, bus=None)
     values = GnsProbe(ctx).measure(ProbeContext(round=1, learner=learner, batches=[], seed=0))
     assert set(values) == {"gns", "grad_norm_sq", "trace_sigma"}
     assert math.isfinite(values["trace_sigma"]) and values["trace_sigma"] > 0
     assert math.isnan(values["gns"]) or values["gns"] >= 0
+
+
+def test_the_noise_is_measured_where_the_update_started() -> None:
+    """After ten epochs on a batch its own gradient is near zero, so measured there |G|^2 is
+    mostly noise (it read negative on every round of a Hopper run); at the parameters the
+    update started from it is the signal the update followed."""
+    torch.manual_seed(0)
+    core = PPO(BOX, PPOConfig(hidden_sizes=(16,), update_epochs=10, num_minibatches=8))
+    rollout = ppo_rollout(128, 8, np.random.default_rng(0))
+    learner = FakeLearner(core, rollout)
+
+    def probe(at: str) -> dict[str, float]:
+        ctx = PluginContext(name="gns", config={"name": "gns", "every": 1, "samples": 0,
+                                                "slices": 8, "at": at},
+                            plan={}, run_id="t", run_dir=None, seed=0, bus=None)
+        return GnsProbe(ctx).measure(ProbeContext(round=1, learner=learner, batches=[],
+                                                  seed=0))
+
+    assert probe("before") == {}  # no update yet: nothing to measure at its start
+    core.update(rollout, progress=0.0)
+    before, after = probe("before"), probe("after")
+    assert before["grad_norm_sq"] > 0 and math.isfinite(before["gns"])
+    assert before["grad_norm_sq"] > 4 * max(after["grad_norm_sq"], 0.0)

@@ -67,6 +67,9 @@ HESSIAN_CONFIG = {
 GNS_CONFIG = {
     "samples": Field("int", 4096, "Batch samples used (0: all).", min=0),
     "slices": Field("int", 8, "Slices the batch is cut into (the small batch size).", min=2),
+    "at": Field("str", "before", "Parameters the noise is measured at: those the update "
+                "started from, or those it ended with (where the batch's gradient is ~0).",
+                choices=("before", "after")),
 }
 
 NITRO_CONFIG = {
