@@ -27,7 +27,8 @@ from typing import Any
 import structlog
 
 from kernel import __version__, codec
-from kernel.roles import Roles, RoundRecord
+from kernel.contract import Roles
+from kernel.roles import RoundRecord
 from kernel.run_state import Counters, RunState
 from kernel.schema import PlanError
 

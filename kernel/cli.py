@@ -63,7 +63,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train from a plan")
     run.add_argument("plan", nargs="?", help="plan.toml (omit with --resume)")
-    run.add_argument("--out", help="run directory (default runs/<name>-<timestamp>)")
+    run.add_argument("--out", help="run directory, new or empty (default "
+                     "runs/<name>-<timestamp>)")
+    run.add_argument("--force", action="store_true",
+                     help="start a new run in a non-empty --out, deleting the checkpoints, "
+                          "journal and summary of the run found there")
     run.add_argument("--set", dest="overrides", action="append", default=[],
                      metavar="KEY.PATH=VALUE", help="override a plan key with a TOML value")
     run.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
@@ -160,32 +164,48 @@ def _run(args: argparse.Namespace) -> int:
     from kernel.plan import load_plan
 
     if args.resume:
+        # The run's own plan.toml is the plan; a second one (or a second directory) would be
+        # silently ignored or mixed into a run it does not belong to.
+        for given, what in ((args.plan, "a plan file"), (args.out, "--out"),
+                            (args.force or None, "--force")):
+            if given is not None:
+                raise PlanError("--resume", f"RUN_DIR without {what}", given,
+                                note="a run continues in its own directory from its own "
+                                     "plan.toml; change keys with --set")
         engine = Engine.resume(Path(args.resume), args.overrides)
     else:
         if not args.plan:
             raise PlanError("plan", "a plan file (or --resume RUN_DIR)")
         plan = load_plan(args.plan, args.overrides)
-        engine = Engine(plan, out_dir=args.out)
+        engine = Engine(plan, out_dir=args.out, force=args.force)
     logs.configure(engine.plan["run"]["log_level"])
     return asyncio.run(_serve(engine))
 
 
 async def _serve(engine: Any) -> int:
-    from kernel.roles import PluginContractError, PluginCrashed, Unreachable
+    from kernel.contract import PluginContractError, PluginCrashed
+    from kernel.roles import Unreachable
 
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
     main_task = asyncio.current_task()
 
+    started = False
+
     def on_signal(sig: signal.Signals) -> None:
-        if engine.stop_requested.is_set() and main_task is not None:
-            main_task.cancel()  # a second signal: stop now, summary still written
+        # A second signal stops now; so does the first while plugins start or a preflight
+        # waits (nothing would look at the stop request before round 1). The summary is
+        # written either way.
+        again = engine.stop_requested.is_set()
         engine.request_stop(f"signal {sig.name}")
+        if (again or not started) and main_task is not None:
+            main_task.cancel()
 
     for sig in signals:
         loop.add_signal_handler(sig, on_signal, sig)
     try:
         async with engine:
+            started = True
             summary = await engine.run()
     except (Unreachable, PluginContractError) as exc:
         sys.stderr.write(f"nitro: {exc}\n")

@@ -27,17 +27,16 @@ import structlog
 
 from kernel import codec
 from kernel import events as ev
+from kernel.contract import Roles, blame
 from kernel.intake import Intake
 from kernel.roles import (
     Batch,
     ProbeContext,
     Receipt,
-    Roles,
     RoundRecord,
     ScaleContext,
     SnapshotRequest,
     Weights,
-    blame,
 )
 from kernel.run_state import RunState, StopRules
 

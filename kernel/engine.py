@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import secrets
+import shutil
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from datetime import UTC, datetime
@@ -34,26 +36,31 @@ import tomli_w
 from kernel import checkpoint, logs
 from kernel import events as ev
 from kernel.bus import Bus, Policy
+from kernel.contract import Bound, PluginCrashed, ProbeSlot, Roles, blame
 from kernel.coordinator import Coordinator
 from kernel.jsonsafe import drop_none, json_safe
 from kernel.overlapped import OverlappedRounds
-from kernel.plan import load_plan
+from kernel.plan import apply_overrides, load_plan, read_toml
 from kernel.registry import Registry, default_registry
-from kernel.roles import (
-    Bound,
-    PluginContext,
-    PluginCrashed,
-    ProbeSlot,
-    Roles,
-    RoundRecord,
-    blame,
-)
+from kernel.roles import PluginContext, RoundRecord
 from kernel.run_state import RunState, StopRules
+from kernel.schema import PlanError, describe
 
 log = structlog.get_logger("kernel.engine")
 
 #: Order in which roles start; they close in reverse.
 START_ORDER = ("transport", "actors", "algo", "probe", "scaler", "cost", "sink")
+
+#: What a run writes into its directory; ``force`` clears these (and only these) before a new
+#: run takes over a directory, so no old checkpoint can be resumed as if it were the new run's.
+RUN_FILES = ("plan.toml", "events.jsonl", "log.jsonl", "summary.json")
+#: Plan keys a resume may not change: they fix what the checkpoint's model sees and computes
+#: (the env and so its observation and action spaces, the algorithm, the network's shape).
+#: ``env.num_envs`` is free: envs per actor change the batch, not the model.
+FIXED_ON_RESUME = ("env.", "algo.name", "algo.hidden_sizes", "algo.activation")
+FREE_ON_RESUME = ("env.num_envs",)
+#: Sink keys that name a file or folder in the run directory.
+SINK_PATH_KEYS = ("path", "dir")
 
 
 class Engine:
@@ -64,16 +71,21 @@ class Engine:
         out_dir: str | os.PathLike[str] | None = None,
         registry: Registry | None = None,
         resume: dict[str, Any] | None = None,
+        force: bool = False,
     ):
+        """``out_dir`` must be new or empty unless ``force`` (which replaces the run in it);
+        ``resume`` is a checkpoint body whose run continues in ``out_dir``."""
         self.plan = plan
         self.registry = registry or default_registry()
         self.bus = Bus()
         # A resumed run keeps its id, so its Redis stream and weights are found again.
         self.run_id = resume["run_id"] if resume else _run_id(plan["run"]["name"])
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        self.run_dir = Path(out_dir) if out_dir else (
-            Path(plan["run"]["out_dir"]) / f"{plan['run']['name']}-{stamp}"
-        )
+        if resume is not None:
+            self.run_dir = Path(out_dir or ".")
+        else:
+            self.run_dir = _new_run_dir(plan, out_dir, force)
+        self._force = force and resume is None
+        _check_sink_paths(plan, self.run_dir)
         self.state = RunState(actors_next=plan["actors"]["count"])
         self.stop_requested = asyncio.Event()
         self.stop_reason: str | None = None
@@ -91,8 +103,9 @@ class Engine:
         self._journal: Any = None
         self._entered = False
         self._readers = 0
-        self._t_start = 0.0
+        self._t_start = time.perf_counter()
         self._wall_before = 0.0
+        self._first_errors: set[tuple[str, str]] = set()
 
     @classmethod
     def from_plan(
@@ -110,34 +123,68 @@ class Engine:
     @classmethod
     def resume(cls, run_dir: str | os.PathLike[str], overrides: Iterable[str] = (),
                registry: Registry | None = None) -> Engine:
-        """An engine that continues the run in ``run_dir`` from its newest checkpoint."""
-        body = checkpoint.find(Path(run_dir))
+        """An engine that continues the run in ``run_dir`` from its newest checkpoint.
+
+        Overrides that would change what the checkpoint's model was trained for are refused
+        here, before anything in ``run_dir`` is touched (``PlanError`` naming the key)."""
+        run_dir = Path(run_dir)
+        body = checkpoint.find(run_dir)
         registry = registry or default_registry()
-        plan = load_plan(Path(run_dir) / "plan.toml", overrides, registry)
+        overrides = list(overrides)
+        # The saved plan.toml is resolved (every default written), so the overrides are
+        # compared on the raw tables: a changed algorithm is named before its keys clash.
+        saved = read_toml(run_dir / "plan.toml")
+        changed = copy.deepcopy(saved)
+        apply_overrides(changed, overrides)
+        _check_resume_fits(saved, changed)
+        plan = load_plan(run_dir / "plan.toml", overrides, registry)
         return cls(plan, out_dir=run_dir, registry=registry, resume=body)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def __aenter__(self) -> Engine:
         self.bus.bind(asyncio.get_running_loop())
-        self.run_dir.mkdir(parents=True, exist_ok=True)
         logs.ensure_configured(self.plan["run"]["log_level"])
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
+        self._t_start = time.perf_counter()
+        if self._resume is None:
+            self._open_run_files()
+        # A resumed run's directory is left as it is until its checkpoint is restored: a
+        # resume that does not fit must leave the run resumable.
+        self._entered = True
+        try:
+            await self._build()
+        except BaseException as exc:
+            await self._close_plugins()
+            if isinstance(exc, asyncio.CancelledError) and self._journal is not None:
+                self._stopped_in_start_up()
+            self._close_files()
+            raise
+        return self
+
+    def _open_run_files(self) -> None:
+        """The run log, the event journal and the resolved plan, in the run directory."""
+        if self._force:
+            _clear_previous_run(self.run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
         logs.open_run_log(self.run_id, self.run_dir / "log.jsonl")
         mode = "a" if self._resume is not None else "w"
         # Line-buffered: whoever tails the journal (a dashboard, a test) sees each event at once.
         self._journal = (self.run_dir / "events.jsonl").open(mode, encoding="utf-8", buffering=1)
-        (self.run_dir / "plan.toml").write_text(
-            tomli_w.dumps(drop_none(logs.redact(self.plan))), encoding="utf-8"
-        )
-        self._entered = True
+        _write_atomic(self.run_dir / "plan.toml",
+                      tomli_w.dumps(drop_none(logs.redact(self.plan))))
+
+    def _stopped_in_start_up(self) -> None:
+        """A signal during start-up (plugins starting, a preflight waiting) still leaves a
+        summary and a journal that ends in ``RunStopped``."""
+        reason = self.stop_reason or "cancelled"
         try:
-            await self._build()
-        except BaseException:
-            await self._close_plugins()
-            self._close_files()
-            raise
-        return self
+            self._write_summary(reason)
+            self.publish(ev.RunStopped(reason=reason, rounds=self.state.round,
+                                       env_steps=self.state.env_steps, wall_s=self.wall_s()))
+        except OSError as exc:
+            log.error("summary_failed", error=repr(exc))
+        log.info("run_stopped", reason=reason, rounds=self.state.round, during="start-up")
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self._close_plugins()
@@ -164,8 +211,6 @@ class Engine:
                                     self.registry.get("probe", item["name"]).evaluation))
         scaler = await self._make("scaler", plan["scaler"]["name"], plan["scaler"])
         cost = await self._make("cost", plan["cost"]["name"], plan["cost"])
-        for item in plan["sinks"]:
-            self._sinks.append(await self._make("sink", item["name"], item))
         with blame(learner):
             env_spec = learner.env_spec()
         self._roles = Roles(
@@ -180,9 +225,25 @@ class Engine:
             with blame(role):
                 await role.preflight()
         if self._resume is not None:
+            await self._restore_or_refuse(learner)
+            self._open_run_files()
+            log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
+        # Sinks start last: nothing writes into the run directory before the run can start.
+        for item in plan["sinks"]:
+            self._sinks.append(await self._make("sink", item["name"], item))
+
+    async def _restore_or_refuse(self, learner: Bound) -> None:
+        """Restore the checkpoint; one that does not fit the built plugins (a network of
+        another shape) is a one-line refusal, with the run directory untouched."""
+        assert self._resume is not None
+        try:
             with blame(learner):
                 await asyncio.to_thread(self._restore, self._resume)
-            log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
+        except PluginCrashed as exc:
+            first = (str(exc.error).strip().splitlines() or [""])[0][:300]
+            raise PlanError("--resume", "a checkpoint that fits the plan's plugins",
+                            note=f"{exc.kind} {exc.name!r}: {type(exc.error).__name__}: "
+                                 f"{first}") from None
 
     async def _make(self, kind: str, name: str, config: dict[str, Any], transport: Any = None,
                     in_thread: bool = False) -> Bound:
@@ -341,11 +402,7 @@ class Engine:
         except Exception as exc:  # the summary must still be written
             log.error("stop_path_failed", error=repr(exc))
         s = self.state
-        self.summary = self._summary(reason)
-        path = self.run_dir / "summary.json"
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(json_safe(self.summary), indent=2) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        self._write_summary(reason)
         if self.checkpointer is not None and not failed:
             try:
                 await asyncio.to_thread(self.checkpointer.save, self._parts(), True)
@@ -355,6 +412,11 @@ class Engine:
                                    wall_s=self.wall_s()))
         log.info("run_stopped", reason=reason, rounds=s.round, env_steps=s.env_steps,
                  best_eval_return=s.best_eval_return, wall_s=round(self.wall_s(), 2))
+
+    def _write_summary(self, reason: str) -> None:
+        self.summary = self._summary(reason)
+        _write_atomic(self.run_dir / "summary.json",
+                      json.dumps(json_safe(self.summary), indent=2) + "\n")
 
     async def _charge_cancelled(self, receipts: list[Any]) -> None:
         """Invocations given up on at the end keep running on AWS, and AWS bills them."""
@@ -465,3 +527,80 @@ def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> Any:
 def _run_id(name: str) -> str:
     safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)[:40]
     return f"{safe}-{secrets.token_hex(4)}"
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """A reader (or a resume after a crash) sees the old file or the new one, never half."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+
+
+def _new_run_dir(plan: dict[str, Any], out_dir: str | os.PathLike[str] | None,
+                 force: bool) -> Path:
+    """The directory of a new run. A chosen one must be new or empty unless ``force``: a run
+    written over another would mix their journals and leave the old checkpoints resumable.
+    The default one is made unique (two runs started in the same second)."""
+    if out_dir is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
+        base = Path(plan["run"]["out_dir"]) / f"{plan['run']['name']}-{stamp}"
+        path, n = base, 1
+        while path.exists():
+            n += 1
+            path = base.with_name(f"{base.name}-{n}")
+        return path
+    path = Path(out_dir)
+    if path.exists() and not path.is_dir():
+        raise PlanError("--out", "a directory", str(path), note="a file is in the way")
+    if not force and path.is_dir() and any(path.iterdir()):
+        raise PlanError("--out", "a new or empty directory", str(path),
+                        note="not empty: --force starts a new run there, deleting its "
+                             "checkpoints, journal and summary")
+    return path
+
+
+def _clear_previous_run(run_dir: Path) -> None:
+    """``force``: the files of a run found in ``run_dir`` go; anything else stays."""
+    for name in RUN_FILES:
+        (run_dir / name).unlink(missing_ok=True)
+    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
+
+
+def _check_sink_paths(plan: dict[str, Any], run_dir: Path) -> None:
+    """A sink's file or folder is named relative to the run directory and stays inside it."""
+    root = run_dir.resolve()
+    for i, item in enumerate(plan["sinks"]):
+        for key in SINK_PATH_KEYS:
+            value = item.get(key)
+            if not isinstance(value, str):
+                continue
+            target = (root / value).resolve()
+            if Path(value).is_absolute() or not value or not target.is_relative_to(root) \
+                    or target == root:
+                raise PlanError(f"sinks[{i}].{key}", "a relative path inside the run directory",
+                                value)
+
+
+def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        if isinstance(value, Mapping) and key != "kwargs":
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _check_resume_fits(saved: dict[str, Any], plan: dict[str, Any]) -> None:
+    """Refuse overrides that change what the checkpoint's model was trained on or for."""
+    before = _flat({"env": saved.get("env", {}), "algo": saved.get("algo", {})})
+    after = _flat({"env": plan.get("env", {}), "algo": plan.get("algo", {})})
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) == after.get(key) or key in FREE_ON_RESUME:
+            continue
+        if any(key == fixed or (fixed.endswith(".") and key.startswith(fixed))
+               for fixed in FIXED_ON_RESUME):
+            raise PlanError(
+                key, f"the checkpoint's value {describe(before.get(key))}", after.get(key),
+                note="a resume continues the same env, spaces and algorithm; start a new run "
+                     "to change it")
