@@ -30,7 +30,7 @@ RUN = {
     "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
     "mode": Field(
         "str", "sync",
-        "sync: rounds as in DESIGN.md; pipelined: the next fan-out samples (one version stale) "
+        "sync: publish, fan out, gather, update, measure, scale, in order; pipelined: the next fan-out samples (one version stale) "
         "while the learner trains; async: keep actors in flight, learn as batches arrive.",
         choices=("sync", "pipelined", "async"),
     ),
