@@ -30,8 +30,8 @@ RUN = {
     "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
     "mode": Field(
         "str", "sync",
-        "sync: publish, fan out, gather, update, measure, scale, in order; pipelined: the next fan-out samples (one version stale) "
-        "while the learner trains; async: keep actors in flight, learn as batches arrive.",
+        "sync: publish, fan out, gather, update, measure, scale, in order; pipelined: the next "
+        "fan-out samples (one version stale) while the learner trains; async: keep actors in flight, learn as batches arrive.",
         choices=("sync", "pipelined", "async"),
     ),
     "snapshot_at": Field(
