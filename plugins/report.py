@@ -5,6 +5,9 @@ Everything is read back from what a run leaves behind (``events.jsonl``, ``summa
 that never ran them. Several runs overlay on the same axes, one colour each, labelled by name,
 scaler and seed: the comparison a boosting study needs (scalers against each other, seeds of
 one scaler). One figure answers one question; every axis says its unit.
+
+Given a sweep directory (``nitro sweep``) or ``--group-by``, seeds are aggregated per setting
+instead (``plugins/report_aggregate.py``): a claim about boosting is a claim across seeds.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import sys
 import tomllib
 from collections.abc import Sequence
@@ -44,6 +48,7 @@ class RunData:
     eval_return: list[float | None] = field(default_factory=list)
     score: list[float | None] = field(default_factory=list)
     label: str = ""
+    plan: dict[str, Any] = field(default_factory=dict)
 
     def points(self, xs: Sequence[float]) -> tuple[list[float], list[float]]:
         """(x, eval return) at the rounds that measured one."""
@@ -53,6 +58,13 @@ class RunData:
 
 class ReportError(Exception):
     """A run directory that cannot be read; the message names the file."""
+
+
+#: The events a report reads. A boosted run writes several events per actor per round, so the
+#: kind is matched in the line's first characters and the rest is never decoded: a sweep of a
+#: hundred runs reports in seconds.
+_WANTED = ("RunStarted", "ScaleDecided", "CostCharged", "RoundFinished", "ProbeMeasured")
+_KIND = re.compile(r'^\{"event": "(\w+)"')
 
 
 def load_run(path: Path) -> RunData:
@@ -72,13 +84,18 @@ def load_run(path: Path) -> RunData:
         seed=plan.get("run", {}).get("seed"),
         simulated=bool(plan.get("actors", {}).get("simulate", False)),
         summary=summary,
+        plan=plan,
     )
     started: float | None = None
+    stop_evals: dict[int, float] = {}
     scores: dict[int, float | None] = {}
     round_cost: dict[int, float] = {}
     with events_path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
+                continue
+            head = _KIND.match(line)
+            if head is not None and head.group(1) not in _WANTED:
                 continue
             try:
                 event = json.loads(line)
@@ -91,6 +108,10 @@ def load_run(path: Path) -> RunData:
                 started = float(event["ts"])
             elif kind == "ScaleDecided":
                 scores[int(event["round"])] = event.get("detail", {}).get("score")
+            elif kind == "ProbeMeasured" and event.get("probe") == "eval":
+                value = event.get("values", {}).get("eval_return")
+                if value is not None:
+                    stop_evals[int(event["round"])] = float(value)
             elif kind == "CostCharged":
                 round_cost[int(event["round"])] = float(event.get("round_usd", 0.0))
             elif kind == "RoundFinished":
@@ -110,6 +131,11 @@ def load_run(path: Path) -> RunData:
                 value = event.get("eval_return")
                 run.eval_return.append(None if value is None else float(value))
                 run.score.append(scores.get(r))
+    # The evaluation at stop comes after its round's RoundFinished (which has no return):
+    # it belongs to that round's point, at the run's final steps, dollars and time.
+    for i, r in enumerate(run.rounds):
+        if run.eval_return[i] is None and r in stop_evals:
+            run.eval_return[i] = stop_evals[r]
     return run
 
 
@@ -158,6 +184,16 @@ def _save(fig: Any, path: Path, legend_ax: Any = None, handles: Any = None) -> P
     return path
 
 
+def figure(title: str) -> tuple[Any, Any]:
+    """A titled figure with one gridded axis, for other report modules."""
+    return _figure(title)
+
+
+def save_figure(fig: Any, path: Path, handles: Any = None) -> Path:
+    """Lay out, write and close a figure (legend from ``handles`` when given)."""
+    return _save(fig, path, handles=handles)
+
+
 def run_colors(n: int) -> list[Any]:
     """Distinct colours for n runs: matplotlib's cycle while it lasts (10), then evenly spaced
     hues of one colour map, so the 11th run never wears the 1st one's colour."""
@@ -191,14 +227,14 @@ def _eval_figure(runs: list[RunData], xs_of: Any, xlabel: str, title: str, path:
     return _save(fig, path, handles=handles)
 
 
-def _time_axis(runs: list[RunData]) -> tuple[Any, str, str]:
+def time_axis(runs: list[RunData]) -> tuple[Any, str, str]:
     """Simulated time when any run simulated the cloud (wall time there is the laptop's)."""
     if any(run.simulated for run in runs):
         return (lambda r: r.sim_time_s), "simulated time", "sim"
     return (lambda r: r.wall_s), "wall-clock time", "wall"
 
 
-def _time_unit(runs: list[RunData], xs_of: Any) -> tuple[float, str]:
+def time_unit(runs: list[RunData], xs_of: Any) -> tuple[float, str]:
     longest = max((max(xs_of(r), default=0.0) for r in runs), default=0.0)
     if longest >= 2 * 3600:
         return 1 / 3600, "h"
@@ -270,8 +306,8 @@ def write_figures(runs: list[RunData], out: Path) -> list[Path]:
     """The figures the runs have data for: runs without any evaluation get no return figures
     (empty axes with made-up ranges would read as data)."""
     out.mkdir(parents=True, exist_ok=True)
-    time_of, time_name, time_key = _time_axis(runs)
-    scale, unit = _time_unit(runs, time_of)
+    time_of, time_name, time_key = time_axis(runs)
+    scale, unit = time_unit(runs, time_of)
     usd_scale, usd_label = usd_unit(runs)
     figures = []
     if any(value is not None for run in runs for value in run.eval_return):
@@ -339,6 +375,9 @@ def report(run_dirs: Sequence[Path], out: Path) -> tuple[list[Path], str]:
 
 def _handle(args: argparse.Namespace) -> int:
     dirs = [Path(d) for d in args.run_dirs]
+    sweeps = [d for d in dirs if (d / "sweep.json").is_file()]
+    if sweeps or args.group_by:
+        return _handle_aggregate(args, dirs, sweeps)
     out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1
                                            else Path("report"))
     try:
@@ -352,16 +391,68 @@ def _handle(args: argparse.Namespace) -> int:
     return 0
 
 
+def _handle_aggregate(args: argparse.Namespace, dirs: list[Path], sweeps: list[Path]) -> int:
+    """Seeds grouped by setting (a sweep's, or ``--group-by`` over plain run dirs)."""
+    from plugins import report_aggregate as agg
+
+    try:
+        groups: list[agg.Group] = []
+        notes: list[str] = []
+        for sweep in sweeps:
+            found, missing = agg.groups_from_sweep(sweep)
+            groups += found
+            notes += missing
+        plain = [d for d in dirs if d not in sweeps]
+        if plain:
+            groups += agg.group_runs(plain, args.group_by or "parent")
+        groups = [g for g in agg.merge(groups) if g.runs]
+        result = agg.aggregate(groups, args.target, args.baseline)
+    except (ReportError, ValueError) as exc:
+        sys.stderr.write(f"nitro report: {exc}\n")
+        return 2
+    out = Path(args.out) if args.out else (sweeps[0] if len(sweeps) == 1 else Path(".")) \
+        / "report"
+    sys.stdout.write(agg.markdown(result) + "\n\n")
+    for note in notes:
+        sys.stdout.write(f"note: {note}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n",
+                                   encoding="utf-8")
+        sys.stdout.write(f"wrote {args.json}\n")
+    if not args.no_figures:
+        for path in agg.band_figures(groups, out):
+            sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
 def register(subparsers: Any) -> None:
     """Entry point of the ``nitro.commands`` group."""
     parser = subparsers.add_parser(
-        "report", help="figures and a summary table from one or more run directories",
+        "report", help="figures and a summary table from run directories or sweeps",
         description="Draw PNG figures (eval return against env steps, time and cost; actors "
                     "and boost score per round; cost per round) from run directories, "
-                    "overlaying several runs, and print a summary table.",
+                    "overlaying several runs, and print a summary table. Given a sweep "
+                    "directory (nitro sweep) or --group-by, aggregate seeds per setting "
+                    "instead: mean and IQM with 95 %% bootstrap intervals (10,000 resamples, "
+                    "seeded), paired differences against --baseline, a Markdown table, "
+                    "--json rows, and curves with bands.",
     )
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run's directory")
+    parser.add_argument("run_dirs", nargs="+", metavar="DIR",
+                        help="a run's directory, or a sweep's (with sweep.json): a sweep is "
+                             "reported per setting, seeds aggregated")
     parser.add_argument("--out", metavar="DIR",
-                        help="where the PNGs go (default RUN_DIR/report for one run, ./report "
-                             "for several)")
+                        help="where the PNGs go (default RUN_DIR/report for one run or "
+                             "SWEEP/report for one sweep, ./report otherwise)")
+    parser.add_argument("--group-by", choices=("parent", "scaler", "name"),
+                        help="aggregate plain run dirs by their parent folder (a sweep's "
+                             "layout), scaler or run name")
+    parser.add_argument("--target", type=float, metavar="R",
+                        help="aggregated: cost, simulated time and env steps to the first "
+                             "evaluation at or above R")
+    parser.add_argument("--baseline", metavar="SETTING",
+                        help="aggregated: paired differences (by seed) against this setting")
+    parser.add_argument("--json", metavar="FILE",
+                        help="aggregated: write per-seed rows and statistics as JSON")
+    parser.add_argument("--no-figures", action="store_true",
+                        help="aggregated: the table only")
     parser.set_defaults(handler=_handle)

@@ -142,6 +142,19 @@ def test_sweep_runs_the_grid_and_skips_finished_runs(plan: Path, tmp_path: Path)
     assert "4 already done, 0 to run" in again.stdout
     assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
+    # The report reads the sweep back per setting: one row per seed, as each summary says.
+    rows_file = tmp_path / "rows.json"
+    rep = run_cli("report", str(out), "--baseline", "one", "--json", str(rows_file),
+                  "--no-figures", timeout=120)
+    assert rep.returncode == 0, rep.stderr[-2000:]
+    rows = json.loads(rows_file.read_text())["rows"]
+    assert sorted((r["setting"], r["seed"]) for r in rows) == \
+        [("one", 1), ("one", 2), ("two", 1), ("two", 2)]
+    for r in rows:
+        s = summary(Path(r["run_dir"]))
+        assert r["final_eval_return"] == s["final_eval_return"] is not None
+        assert r["cost_usd"] == s["cost_usd"] and r["mean_actors"] == {"one": 1, "two": 2}[r["setting"]]
+
 
 def test_interrupted_sweep_resumes_where_it_stopped(plan: Path, tmp_path: Path) -> None:
     out = tmp_path / "sweep"

@@ -1,0 +1,163 @@
+"""``nitro report SWEEP``: seeds aggregated per setting, intervals, paired differences, bands."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from plugins.report import load_run
+from plugins.report_aggregate import bootstrap_ci, describe, iqm, paired
+from tests.conftest import run_cli
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def write_run(path: Path, *, scaler: str, seed: int, slope: float, rounds: int = 10,
+              actors: int = 4, reason: str = "budget", budget: float | None = 0.01,
+              invocations: bool = False) -> Path:
+    """A run directory as the engine leaves it: periodic evaluations on even rounds and the
+    evaluation at stop as a ProbeMeasured after the last RoundFinished (which has none)."""
+    path.mkdir(parents=True)
+    t0 = 1_000.0
+    lines: list[dict[str, Any]] = [{"event": "RunStarted", "ts": t0, "run_id": "x"}]
+    cost = 0.0
+    for r in range(1, rounds + 1):
+        cost += 0.001
+        if invocations:  # what makes a real boosted run's events.jsonl large
+            lines += [{"event": "InvocationFinished", "ts": t0 + r, "round": r,
+                       "request_id": f"r{r}-a{a}", "ok": True, "env_steps": 512,
+                       "duration_ms": 900.0, "billed_ms": 900} for a in range(actors)]
+        lines += [
+            {"event": "CostCharged", "ts": t0 + r, "round": r, "round_usd": 0.001,
+             "total_usd": cost, "items": {}},
+            {"event": "RoundFinished", "ts": t0 + r, "round": r, "actors": actors,
+             "env_steps": 1000 * r, "cost_usd": cost, "sim_time_s": 2.0 * r,
+             "eval_return": slope * r if r % 2 == 0 and r < rounds else None},
+        ]
+    final = slope * rounds + 1
+    lines.append({"event": "ProbeMeasured", "ts": t0 + rounds + 1, "round": rounds,
+                  "probe": "eval", "probe_s": 0.1, "values": {"eval_return": final}})
+    (path / "events.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    stop = f"[stop]\nbudget_usd = {budget}\n" if budget else ""
+    (path / "plan.toml").write_text(f'[run]\nname = "t"\nseed = {seed}\n\n[scaler]\nname = '
+                                    f'"{scaler}"\n\n[actors]\nsimulate = true\n\n{stop}')
+    (path / "summary.json").write_text(json.dumps({
+        "stop_reason": reason, "rounds": rounds, "env_steps": 1000 * rounds,
+        "final_eval_return": final, "best_eval_return": final, "cost_usd": cost,
+        "sim_time_s": 2.0 * rounds, "wall_s": 1.0, "actors_per_round": [actors] * rounds}))
+    return path
+
+
+def write_sweep(root: Path, settings: dict[str, dict[int, float]], **kw: Any) -> Path:
+    """A sweep directory: ``settings`` maps a label to seed -> the slope of its return."""
+    manifest: dict[str, Any] = {"plan": "p.toml", "settings": {}}
+    for label, seeds in settings.items():
+        runs = {}
+        for seed, slope in seeds.items():
+            write_run(root / label / f"seed-{seed}", scaler=label, seed=seed, slope=slope, **kw)
+            runs[str(seed)] = {"dir": f"{label}/seed-{seed}", "status": "finished"}
+        manifest["settings"][label] = {"overrides": [], "dir": label, "runs": runs}
+    (root / "sweep.json").write_text(json.dumps(manifest))
+    return root
+
+
+def test_iqm_and_bootstrap_match_their_definitions() -> None:
+    x = np.arange(1.0, 11.0)  # 10 values: a quarter (2) cut from each end -> mean of 3..8
+    assert iqm(x) == pytest.approx(5.5)
+    assert iqm(np.array([0.0, 0.0, 1.0, 1000.0])) == pytest.approx(0.5)
+    assert iqm(np.array([1.0, 2.0, 30.0])) == pytest.approx(11.0)  # below 4: the mean
+    ci = bootstrap_ci(list(x))
+    assert ci == bootstrap_ci(list(x))  # seeded
+    # The bootstrap distribution of the mean of 1..10 has sd ~ 2.87 / sqrt(10) = 0.91.
+    assert ci[0] == pytest.approx(5.5 - 1.96 * 0.908, abs=0.15)
+    assert ci[1] == pytest.approx(5.5 + 1.96 * 0.908, abs=0.15)
+    assert bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
+    assert bootstrap_ci([3.0]) is None
+    d = describe([1.0, None, 3.0, float("nan")])
+    assert d["n"] == 2 and d["mean"] == 2.0
+    rows = [{"seed": s, "v": v} for s, v in ((1, 10.0), (2, 20.0), (3, 5.0))]
+    base = [{"seed": s, "v": v} for s, v in ((1, 4.0), (2, 16.0), (4, 100.0))]
+    diff = paired(rows, base, "v")
+    assert diff["seeds"] == [1, 2] and diff["mean"] == pytest.approx(5.0)
+    assert diff["mean_ci"] == pytest.approx((4.0, 6.0))
+
+
+def test_evaluation_at_stop_is_the_last_point(tmp_path: Path) -> None:
+    run = load_run(write_run(tmp_path / "r", scaler="nitro", seed=1, slope=10.0))
+    assert run.eval_return[-1] == 101.0  # from the ProbeMeasured after round 10
+    assert run.points(run.cost_usd)[0][-1] == pytest.approx(0.01)
+
+
+def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "sweep", {
+        "fixed16": {1: 10.0, 2: 12.0, 3: 8.0, 4: 11.0},
+        "nitro": {1: 15.0, 2: 16.0, 3: 13.0, 4: 14.0},
+    })
+    # An interrupted run has no place in a statistic.
+    interrupted = sweep / "nitro" / "seed-5"
+    write_run(interrupted, scaler="nitro", seed=5, slope=99.0, reason="signal SIGINT")
+    manifest = json.loads((sweep / "sweep.json").read_text())
+    manifest["settings"]["nitro"]["runs"]["5"] = {"dir": "nitro/seed-5"}
+    (sweep / "sweep.json").write_text(json.dumps(manifest))
+
+    out_json = tmp_path / "agg.json"
+    proc = run_cli("report", str(sweep), "--target", "100", "--baseline", "fixed16",
+                   "--json", str(out_json), "--out", str(tmp_path / "figs"), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| nitro | 4 |" in proc.stdout and "| fixed16 | 4 |" in proc.stdout
+    assert "nitro seed 5: not finished" in proc.stdout
+    agg = json.loads(out_json.read_text())
+    rows = {(r["setting"], r["seed"]): r for r in agg["rows"]}
+    assert len(rows) == 8
+    r = rows[("nitro", 1)]  # returns 15 r: 120 at round 8 is the first at or above 100
+    assert r["final_eval_return"] == 151.0 and r["reached_target"] is True
+    assert r["env_steps_to_target"] == 8000 and r["cost_to_target_usd"] == pytest.approx(0.008)
+    assert r["sim_time_to_target_s"] == pytest.approx(16.0)
+    assert r["budget_spent"] == pytest.approx(1.0)
+    # fixed16 seed 3 (returns 8 r) ends at 81, below the target: not reached, no cost to it
+    assert rows[("fixed16", 3)]["final_eval_return"] == 81.0
+    assert rows[("fixed16", 3)]["reached_target"] is False
+    nitro = agg["settings"]["nitro"]
+    final = nitro["metrics"]["final_eval_return"]
+    assert final["mean"] == pytest.approx(np.mean([151, 161, 131, 141]))
+    assert final["iqm"] == pytest.approx(np.mean([141, 151]))
+    assert final["mean_ci"][0] <= final["mean"] <= final["mean_ci"][1]
+    d = nitro["vs_baseline"]["final_eval_return"]
+    assert d["n"] == 4 and d["mean"] == pytest.approx(np.mean([50, 40, 50, 30]))
+    assert d["mean_ci"][0] > 0  # every seed gained: the interval excludes zero
+    assert "Paired by seed, setting − fixed16" in proc.stdout
+    for name in ("bands_return_vs_env_steps", "bands_return_vs_cost",
+                 "bands_return_vs_sim_time", "final_eval_by_setting"):
+        assert (tmp_path / "figs" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_plain_run_dirs_group_by_parent_and_bad_baseline(tmp_path: Path) -> None:
+    a = write_run(tmp_path / "fixed" / "s1", scaler="fixed", seed=1, slope=1.0)
+    b = write_run(tmp_path / "fixed" / "s2", scaler="fixed", seed=2, slope=2.0)
+    c = write_run(tmp_path / "nitro" / "s1", scaler="nitro", seed=1, slope=3.0)
+    proc = run_cli("report", str(a), str(b), str(c), "--group-by", "parent", "--no-figures",
+                   timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "| fixed | 2 |" in proc.stdout and "| nitro | 1 |" in proc.stdout
+    proc = run_cli("report", str(a), "--group-by", "scaler", "--baseline", "nope",
+                   "--no-figures", timeout=120)
+    assert proc.returncode == 2 and "--baseline 'nope' is not a setting" in proc.stderr
+
+
+def test_a_hundred_runs_report_in_seconds(tmp_path: Path) -> None:
+    settings = {f"s{i}": {seed: 5.0 + seed for seed in range(1, 11)} for i in range(10)}
+    sweep = write_sweep(tmp_path / "sweep", settings, rounds=50, actors=32, invocations=True)
+    t0 = time.monotonic()
+    proc = run_cli("report", str(sweep), "--target", "100", "--baseline", "s0", "--out",
+                   str(tmp_path / "figs"), timeout=120)
+    elapsed = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.count("| s") >= 19  # ten settings, nine differences
+    # 100 runs x 50 rounds x 32 invocations (160,000 events), figures included; seconds on a
+    # busy two-core machine.
+    assert elapsed < 30, elapsed
