@@ -287,7 +287,26 @@ class Engine:
         """Journal the event (``events.jsonl`` is complete by contract), then fan it out."""
         if self._journal is not None:
             self._journal.write(json.dumps(json_safe(event.to_dict())) + "\n")
+        self._print_first_error(event)
         self.bus.publish(event)
+
+    def _print_first_error(self, event: ev.Event) -> None:
+        """The first failure of each kind goes to the terminal, not only to the journal: a run
+        whose every invocation fails the same way says why once, not a thousand times."""
+        if isinstance(event, ev.InvocationFinished) and not event.ok:
+            error = event.error or "unknown error"
+            key = ("invocation_error", error.split(":", 1)[0].strip())
+            fields = {"request_id": event.request_id, "error": error[:500]}
+        elif isinstance(event, ev.BatchDropped):
+            key = ("batch_dropped", event.reason)
+            fields = {"request_id": event.request_id, "version": event.version}
+        else:
+            return
+        if key in self._first_errors:
+            return
+        self._first_errors.add(key)
+        log.warning(f"first_{key[0]}", kind=key[1], round=event.round, **fields,
+                    later="counted in summary.json, not printed")
 
     async def events(
         self, *, maxsize: int = 4096, policy: Policy = "drop_oldest",
