@@ -209,7 +209,7 @@ def make_vector_env(
     lost life, evaluation envs (``training=False``) play whole games (see ``envs/atari.py``).
 
     In-process ``SyncVectorEnv`` because on 2 cores subprocess messaging costs about as much as a
-    MuJoCo step (FACTS.md). SAME_STEP autoreset: the obs returned at a done step is already the
+    MuJoCo step (measured here). SAME_STEP autoreset: the obs returned at a done step is already the
     reset obs, and the finished episode's last obs is in ``info["final_obs"]``. ``copy=False``
     because the sampler copies every obs into its own buffers straight away.
     """

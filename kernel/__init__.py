@@ -5,7 +5,8 @@ It imports no RL library; ``from kernel import Engine`` is the embedding API.
 
 from typing import Any
 
-__version__ = "0.1.0"
+from kernel.version import __version__
+
 __all__ = ["Engine", "__version__"]
 
 

@@ -26,11 +26,12 @@ from typing import Any
 
 import structlog
 
-from kernel import __version__, codec
+from kernel import codec
 from kernel.contract import Roles
 from kernel.roles import RoundRecord
 from kernel.run_state import Counters, RunState
 from kernel.schema import PlanError
+from kernel.version import __version__
 
 log = structlog.get_logger("kernel.checkpoint")
 

@@ -11,7 +11,7 @@ signed HTTP request each, never a process. What AWS does and how it is handled h
 - botocore's own retries are off for invoke (``total_max_attempts = 1``: botocore's
   ``max_attempts`` counts *retries*, so ``max_attempts = 1`` would still send twice) and its
   ``read_timeout`` is above the function timeout: by default the SDK re-sends a synchronous
-  invoke that outlives 60 s, and the function runs a second time (FACTS.md).
+  invoke that outlives 60 s, and the function runs a second time (measured here).
 - A ``RequestResponse`` call whose reply was lost (read timeout, connection reset) is *not*
   re-sent: the function may have run. An ``Event`` call is safe to re-send, because Lambda may
   deliver an Event twice anyway and the coordinator drops a request id it has already used.
@@ -59,7 +59,7 @@ from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, U
 
 log = structlog.get_logger("plugins.actors_lambda")
 
-#: Lambda's payload limits (FACTS.md): 1 MB for Event, 6 MB for RequestResponse.
+#: Lambda's payload limits (AWS quotas): 1 MB for Event, 6 MB for RequestResponse.
 EVENT_PAYLOAD_LIMIT = 1024 * 1024
 SYNC_PAYLOAD_LIMIT = 6 * 1024 * 1024
 #: The SDK waits this much longer than the function may run before it calls a reply lost.

@@ -70,7 +70,7 @@ def _example(policy: Policy) -> torch.Tensor:
 
 def export_torchscript(policy: Policy, out: Path) -> None:
     """A traced module: ``torch.jit.load(out)(obs)`` in any torch, without Nitro."""
-    module = DeployedPolicy(policy).eval()
+    module = DeployedPolicy(policy).train(False)
     with torch.no_grad():
         traced = torch.jit.trace(module, _example(policy))
     torch.jit.save(traced, str(out))
@@ -82,7 +82,7 @@ def export_onnx(policy: Policy, out: Path) -> None:
     The TorchScript-based exporter: it needs no extra package and takes well under a second;
     its deprecation warning is torch's, not the user's business, so it is silenced.
     """
-    module = DeployedPolicy(policy).eval()
+    module = DeployedPolicy(policy).train(False)
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(

@@ -490,7 +490,7 @@ def _bind_error(host: str, port: int, exc: OSError) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from plugins.lambda_cli import add_serve_arguments
+    from plugins.lambda_args import add_serve_arguments
 
     parser = argparse.ArgumentParser(prog="python -m plugins.lambda_endpoint",
                                      description="Local AWS Lambda Invoke API endpoint.")
