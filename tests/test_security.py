@@ -264,3 +264,33 @@ def test_an_event_cannot_turn_tls_checks_off_in_the_function(
     actor = ActorRedisClient.from_spec(event)
     actor.push_batch("r-tls", b"x")  # verified against the CA the environment names
     actor.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("form", ["unencoded_at", "query"])
+def test_every_url_form_of_the_password_stays_out_of_the_run(tmp_path: Path, form: str) -> None:
+    """A password with an unencoded '@' in the user info, or in a ``?password=`` argument:
+    the run connects with it, and plan.toml, logs, events and the terminal never hold it."""
+    password = "nitro@s3cret-Q7zx"
+    server = RedisServer(tmp_path, password=password)
+    server.start()
+    try:
+        host = f"127.0.0.1:{server.port}"
+        url = {"unencoded_at": f"redis://:{password}@{host}/0",
+               "query": f"redis://{host}/0?password={password}"}[form]
+        out = tmp_path / "run"
+        proc = run_cli("run", CARTPOLE, "--out", str(out), "--set", "transport.kind=redis",
+                       "--set", f"transport.url={url}", "--set", "stop.max_rounds=1",
+                       "--set", "actors.steps=32", "--set", "run.log_level=debug",
+                       "--set", "probes=[]", "--set", "sinks=[{name='jsonl', events=['*']}]")
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert json.loads((out / "summary.json").read_text())["invocation_errors"] == 0
+        for secret in (password, "s3cret-Q7zx"):  # nor its tail after the '@'
+            assert secret not in proc.stdout + proc.stderr
+            for path in (p for p in out.rglob("*") if p.is_file()):
+                assert secret.encode() not in path.read_bytes(), path
+        plan = (out / "plan.toml").read_text()
+        assert {"unencoded_at": f"redis://:***@{host}/0",
+                "query": f"redis://{host}/0?password=***"}[form] in plan
+    finally:
+        server.stop()
