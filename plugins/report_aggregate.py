@@ -205,7 +205,12 @@ def aggregate(groups: Sequence[Group], target: float | None = None,
     """Rows per seed, statistics per setting, differences against the baseline."""
     rows = [seed_row(g.label, run, target) for g in groups for run in
             sorted(g.runs, key=lambda r: (r.seed is None, r.seed or 0))]
-    labels = [g.label for g in groups]
+    return summarize(rows, [g.label for g in groups], target, baseline)
+
+
+def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: float | None,
+              baseline: str | None) -> dict[str, Any]:
+    """Statistics from per-seed rows alone, so a stored result is re-rendered from its rows."""
     if baseline is not None and baseline not in labels:
         raise ValueError(f"--baseline {baseline!r} is not a setting (settings: "
                          f"{', '.join(labels)})")
@@ -227,7 +232,7 @@ def aggregate(groups: Sequence[Group], target: float | None = None,
     return {"target": target, "baseline": baseline,
             "bootstrap": {"resamples": RESAMPLES, "level": LEVEL, "seed": BOOT_SEED,
                           "method": "percentile, seeds resampled with replacement"},
-            "settings": settings, "rows": rows}
+            "settings": settings, "rows": list(rows)}
 
 
 # -- Markdown ----------------------------------------------------------------------------------

@@ -38,10 +38,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-
-log = structlog.get_logger("plugins.sweep")
-
 MANIFEST = "sweep.json"
 #: How long a run gets to write its summary after the sweep forwards a Ctrl-C, before it is
 #: killed (the engine evaluates the policy at stop, which takes seconds on MuJoCo).
@@ -342,7 +338,6 @@ def _start(run: RunSpec) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(run.argv, stdout=out, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
     run.status = "running"
-    log.debug("sweep_run_started", setting=run.setting.label, seed=run.seed, pid=proc.pid)
     return proc
 
 

@@ -1,0 +1,329 @@
+"""Does boosting pay? The boosting experiment in one command, on top of ``nitro sweep`` and
+``nitro report``.
+
+Two protocols, each a grid of named settings (scalers, fixed fan-outs) x seeds x tasks x cost
+models, every run a simulated-cloud PPO run (local actors billed as concurrent Lambdas):
+
+- ``paper``: the paper's protocol. 50 rounds; round 1 at 16 actors, then N in [8, 64]; one env
+  per actor, 512 steps per actor (a round's batch is N x 512). Run under the honest cost model
+  (``aws``, learner priced as the paper's GPU instance by default) and the prototype's
+  (``prototype``: round time x $3.74/h, Lambda never billed), so the paper's claims can be read
+  beside what they become when Lambda is billed.
+- ``budget``: equal budget. The same actors and batch per actor; every run stops when its dollar
+  budget cannot pay for another round. Reward at budget, and cost and simulated time to a target
+  return.
+
+Evaluation runs at stop always and every ``--eval-every`` rounds; its time is measured but not
+charged, so a run with more rounds does not pay for more evaluations.
+
+    python perf/boost.py --quick                         # CI size: CartPole, 1 seed, minutes
+    python perf/boost.py --protocol paper --tasks Hopper-v5 --seeds 1-10 --jobs 2
+    python perf/boost.py --protocol budget --settings nitro decay_only fixed16 hydrozoa
+    python perf/boost.py --protocol paper --collect      # re-aggregate what is on disk
+
+Runs go to ``runs/boost/<protocol>/<task>/<cost>/<setting>/seed-<s>``; rerunning the same
+command resumes (finished runs are skipped). Raw per-seed rows, with the machine, versions, load
+and command, go to ``perf/results/boost_<protocol>.json`` (``--quick``: under the run folder,
+never over the published results, unless ``NITRO_PERF_RESULTS`` says where).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import common as c
+
+sys.path.insert(0, str(c.ROOT))
+
+from plugins.report_aggregate import (  # noqa: E402
+    band_figures,
+    groups_from_sweep,
+    markdown,
+    seed_row,
+    summarize,
+)
+from plugins.sweep import Interrupted, Setting, SweepError, sweep, toml_value  # noqa: E402
+
+#: Cost configurations by name: the ``[cost]`` table a run is billed with.
+COSTS: dict[str, dict[str, Any]] = {
+    "aws-cpu": {"name": "aws", "learner": "cpu"},
+    "aws-gpu": {"name": "aws", "learner": "gpu"},
+    "prototype": {"name": "prototype"},
+}
+#: Target returns for cost- and time-to-target: about what PPO reaches on these tasks at the
+#: paper's scale; pass ``--target`` to change them.
+TARGETS = {"Hopper-v5": 1000.0, "Walker2d-v5": 1000.0, "Humanoid-v5": 500.0,
+           "CartPole-v1": 100.0}
+#: Dollar budgets per run of the budget protocol (aws, CPU learner): about what fixed16 spends
+#: in the paper protocol's 50 rounds. Calibrate with ``--budget`` after a paper run.
+BUDGETS = {"Hopper-v5": 0.01, "Walker2d-v5": 0.01, "Humanoid-v5": 0.03, "CartPole-v1": 0.00012}
+#: The setting every other one is compared with, seed by seed.
+BASELINE = "fixed16"
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """The scale of one protocol: every number here is a command-line parameter."""
+
+    name: str
+    tasks: tuple[str, ...]
+    settings: tuple[str, ...]
+    costs: tuple[str, ...]
+    seeds: str
+    rounds: int  # paper: rounds per run; budget: a cap the budget is meant to stop before
+    start_actors: int
+    min_actors: int
+    max_actors: int
+    steps_per_actor: int
+    eval_every: int
+    eval_episodes: int
+
+
+SCALER_SETTINGS = ("nitro", "prototype", "decay_only", "no_boost", "hydrozoa", "kungfu",
+                   "gns", "random", "min", "max")
+PAPER = Protocol("paper", ("Hopper-v5", "Walker2d-v5", "Humanoid-v5"),
+                 ("nitro", "prototype", "decay_only", "no_boost", "hydrozoa", "kungfu",
+                  "fixed8", "fixed16", "fixed32", "fixed64"),
+                 ("aws-gpu", "prototype"), "1-5", 50, 16, 8, 64, 512, 5, 10)
+BUDGET = Protocol("budget", PAPER.tasks,
+                  ("nitro", "prototype", "decay_only", "no_boost", "hydrozoa",
+                   "fixed8", "fixed16", "fixed32", "fixed64"),
+                  ("aws-cpu",), "1-5", 2000, 16, 8, 64, 512, 5, 10)
+PROTOCOLS = {"paper": PAPER, "budget": BUDGET}
+#: ``--quick``: one tiny task, one seed, a few rounds of a few actors; fixedN is rescaled.
+QUICK = {"tasks": ("CartPole-v1",), "seeds": "1", "rounds": 3, "start_actors": 2,
+         "min_actors": 1, "max_actors": 4, "steps_per_actor": 64, "eval_every": 100,
+         "eval_episodes": 2}
+QUICK_FIXED = {"fixed8": "fixed1", "fixed16": "fixed2", "fixed32": "fixed4", "fixed64": None}
+#: ``--quick`` budget runs: CartPole's budget pays for about 7 rounds; this cap is a safety.
+QUICK_BUDGET_ROUNDS = 20
+
+
+def setting(name: str) -> Setting:
+    """A named setting: a scaler by its plugin name, or ``fixedN`` (N actors every round)."""
+    if name in SCALER_SETTINGS:
+        return Setting(name, (f"scaler.name={toml_value(name)}",))
+    if name.startswith("fixed") and name[5:].isdigit():
+        n = int(name[5:])
+        return Setting(name, ('scaler.name="fixed"', f"actors.count={n}"))
+    raise SweepError(f"unknown setting {name!r}: a scaler ({', '.join(SCALER_SETTINGS)}) "
+                     "or fixedN")
+
+
+def base_plan(p: Protocol, task: str, cost: str, budget: float | None, mode: str,
+              workers: int) -> dict[str, Any]:
+    """The plan every setting of one task and cost model starts from."""
+    mujoco = task != "CartPole-v1"
+    stop: dict[str, Any] = {"max_rounds": p.rounds}
+    if budget is not None:
+        stop["budget_usd"] = budget
+    algo: dict[str, Any] = {"name": "ppo"}
+    if mujoco:  # CleanRL's MuJoCo PPO, as plans/hopper.toml
+        algo.update(learning_rate=3e-4, update_epochs=10, num_minibatches=32, gamma=0.99,
+                    gae_lambda=0.95, clip_coef=0.2, ent_coef=0.0, vf_coef=0.5,
+                    max_grad_norm=0.5)
+    else:
+        algo.update(learning_rate=2.5e-4, ent_coef=0.01, update_epochs=2, num_minibatches=2)
+    return {
+        "sinks": [],
+        "run": {"name": f"boost-{p.name}-{task.split('-')[0].lower()}", "mode": mode},
+        "stop": stop,
+        "env": {"id": task, "num_envs": 1, "normalize_obs": mujoco, "normalize_reward": mujoco},
+        "algo": algo,
+        "actors": {"backend": "local", "count": p.start_actors, "min": p.min_actors,
+                   "max": p.max_actors, "steps": p.steps_per_actor, "simulate": True,
+                   "workers": workers},
+        "transport": {"kind": "memory"},
+        "scaler": {"name": "fixed"},
+        "cost": dict(COSTS[cost]),
+        "probes": [{"name": "eval", "every": p.eval_every, "episodes": p.eval_episodes}],
+        "checkpoint": {"enabled": False},
+    }
+
+
+def write_plan(plan: dict[str, Any], path: Path) -> Path:
+    import tomli_w
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = tomli_w.dumps(plan)
+    if not path.is_file() or path.read_text(encoding="utf-8") != text:
+        path.write_text(text, encoding="utf-8")
+    return path
+
+
+# -- the experiment ----------------------------------------------------------------------------
+
+
+def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
+    """Sweep every task x cost model (unless ``--collect``); return every per-seed row."""
+    rows: list[dict[str, Any]] = []
+    settings = [setting(s) for s in p.settings]
+    workers = args.workers if args.workers is not None else (0 if args.jobs == 1 else 1)
+    for task in p.tasks:
+        budget = (args.budget if args.budget is not None else BUDGETS.get(task)) \
+            if p.name == "budget" else None
+        target = args.target if args.target is not None else TARGETS.get(task)
+        for cost in p.costs:
+            sweep_dir = out / task / cost
+            plan = write_plan(base_plan(p, task, cost, budget, args.mode, workers),
+                              sweep_dir / "plan.toml")
+            if not args.collect:
+                c.log(f"{p.name} {task} {cost}: {len(settings)} settings x seeds {p.seeds}")
+                sweep(str(plan), _seeds(p.seeds), [], [], sweep_dir, args.jobs,
+                      command=c.command_line(), report=c.log, extra_settings=settings)
+            if not (sweep_dir / "sweep.json").is_file():
+                continue
+            groups, notes = groups_from_sweep(sweep_dir)
+            for note in notes:
+                c.log(note)
+            wanted = {s.label for s in settings}
+            groups = [g for g in groups if g.label in wanted and g.runs]
+            for g in groups:
+                for run in g.runs:
+                    rows.append({"task": task, "cost": cost, "target": target,
+                                 **seed_row(g.label, run, target)})
+            if args.figures and groups:
+                band_figures(groups, sweep_dir / "report")
+    return rows
+
+
+def _seeds(text: str) -> list[int]:
+    from plugins.sweep import parse_seeds
+
+    return parse_seeds(text)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The page's section, recomputed from the stored rows: one table per task and cost
+    model, settings against the baseline seed by seed."""
+    rows = data.get("rows", [])
+    p = data.get("protocol", {})
+    parts = [
+        f"Protocol `{p.get('name')}`: N in [{p.get('min_actors')}, {p.get('max_actors')}], "
+        f"round 1 at {p.get('start_actors')}, {p.get('steps_per_actor')} steps per actor, one "
+        f"env per actor, "
+        + _stop_text(p, data.get("budgets") or {})
+        + f"; mode {data.get('mode')}. Evaluation ({p.get('eval_episodes')} episodes, every "
+        f"{p.get('eval_every')} rounds and at stop) is measured but not charged. Mean and IQM "
+        "with 95 % bootstrap intervals over seeds (10,000 resamples); differences are paired "
+        f"by seed against `{data.get('baseline')}`."]
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for cost in dict.fromkeys(r["cost"] for r in rows if r["task"] == task):
+            mine = [r for r in rows if r["task"] == task and r["cost"] == cost]
+            labels = list(dict.fromkeys(r["setting"] for r in mine))
+            base = data.get("baseline") if data.get("baseline") in labels else None
+            target = mine[0].get("target")
+            summary = summarize(mine, labels, target, base)
+            parts.append(f"### {task}, cost model `{cost}`"
+                         + (f", target return {target:g}" if target is not None else "")
+                         + f"\n\n{markdown(summary)}")
+    if not rows:
+        parts.append("(no finished runs)")
+    return "\n\n".join(parts)
+
+
+def _stop_text(p: dict[str, Any], budgets: dict[str, float]) -> str:
+    if not budgets:
+        return f"{p.get('rounds')} rounds"
+    each = ", ".join(f"{task} ${usd:g}" for task, usd in budgets.items())
+    return f"stop at the budget ({each}; at most {p.get('rounds')} rounds)"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--protocol", choices=sorted(PROTOCOLS), default="paper")
+    parser.add_argument("--quick", action="store_true",
+                        help="CI size: CartPole-v1, one seed, 3 rounds of 1-4 actors")
+    parser.add_argument("--tasks", nargs="+", help="gymnasium ids (default: the protocol's)")
+    parser.add_argument("--settings", nargs="+",
+                        help=f"scalers ({', '.join(SCALER_SETTINGS)}) or fixedN")
+    parser.add_argument("--costs", nargs="+", choices=sorted(COSTS),
+                        help="cost models (default paper: aws-gpu prototype; budget: aws-cpu)")
+    parser.add_argument("--seeds", help="1-10, 1,2,5 (default: 1-5; quick: 1)")
+    parser.add_argument("--rounds", type=int,
+                        help="paper: rounds per run (50); budget: a cap (2000)")
+    parser.add_argument("--steps-per-actor", type=int, help="env steps per actor (512)")
+    parser.add_argument("--start-actors", type=int, help="round 1's actors (16)")
+    parser.add_argument("--min-actors", type=int, help="fewest actors (8)")
+    parser.add_argument("--max-actors", type=int, help="most actors (64)")
+    parser.add_argument("--eval-every", type=int, help="rounds between evaluations (5)")
+    parser.add_argument("--eval-episodes", type=int, help="episodes per evaluation (10)")
+    parser.add_argument("--budget", type=float, help="budget protocol: USD per run "
+                        "(default per task: " + ", ".join(f"{k} {v:g}" for k, v in
+                                                          BUDGETS.items()) + ")")
+    parser.add_argument("--target", type=float, help="target return for cost/time to target "
+                        "(default per task: " + ", ".join(f"{k} {v:g}" for k, v in
+                                                          TARGETS.items()) + ")")
+    parser.add_argument("--mode", choices=("sync", "pipelined"), default="sync",
+                        help="round mode (sync: every run replays; default sync)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
+    parser.add_argument("--workers", type=int,
+                        help="actors.workers per run (default: one per core with --jobs 1, "
+                             "else 1)")
+    parser.add_argument("--out", type=Path, help="runs folder (default runs/boost/<protocol>"
+                                                  "[-quick])")
+    parser.add_argument("--collect", action="store_true",
+                        help="run nothing: aggregate and store what is on disk")
+    parser.add_argument("--no-figures", dest="figures", action="store_false",
+                        help="skip the band figures under each sweep's report/")
+    args = parser.parse_args()
+    p = protocol_from(args)
+    out = args.out or c.ROOT / "runs" / "boost" / (p.name + ("-quick" if args.quick else ""))
+    t0 = time.perf_counter()
+    try:
+        rows = run_protocol(p, args, out)
+    except SweepError as exc:
+        sys.stderr.write(f"boost: {exc}\n")
+        return 2
+    except Interrupted:
+        sys.stderr.write("boost: interrupted; rerun the same command to resume\n")
+        return 130
+    data = {
+        "title": f"Boosting: the {p.name} protocol" + (" (quick)" if args.quick else ""),
+        "quick": args.quick,
+        "protocol": {k: v for k, v in vars(p).items()},
+        "mode": args.mode,
+        "baseline": BASELINE if not args.quick else QUICK_FIXED[BASELINE],
+        "budgets": ({t: (args.budget if args.budget is not None else BUDGETS.get(t))
+                     for t in p.tasks} if p.name == "budget" else {}),
+        "runs_dir": str(out),
+        "wall_s": round(time.perf_counter() - t0, 1),
+        "rows": rows,
+    }
+    data["markdown"] = render(data)
+    published = not args.quick or "NITRO_PERF_RESULTS" in os.environ
+    results = c.RESULTS if published else out / "results"
+    path = c.write_result(f"boost_{p.name}", data, results=results)
+    print(data["markdown"])
+    print(f"\nwrote {path} ({len(rows)} runs, {data['wall_s']:.0f} s)")
+    return 0
+
+
+def protocol_from(args: argparse.Namespace) -> Protocol:
+    """The protocol's preset, then ``--quick``, then each explicit flag."""
+    base = vars(PROTOCOLS[args.protocol]).copy()
+    if args.quick:
+        base.update(QUICK)
+        base["settings"] = tuple(QUICK_FIXED.get(s, s) for s in base["settings"]
+                                 if QUICK_FIXED.get(s, s))
+        if args.protocol == "budget":
+            base["rounds"] = QUICK_BUDGET_ROUNDS
+    for key in ("rounds", "steps_per_actor", "start_actors", "min_actors", "max_actors",
+                "eval_every", "eval_episodes", "seeds"):
+        if getattr(args, key) is not None:
+            base[key] = getattr(args, key)
+    for key in ("tasks", "settings", "costs"):
+        if getattr(args, key):
+            base[key] = tuple(getattr(args, key))
+    return Protocol(**base)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
