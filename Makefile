@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-all bench bench-quick peers lint clean
+.PHONY: install run test test-all bench bench-quick boost boost-quick peers lint clean
 
 install: $(STAMP)
 
@@ -36,6 +36,21 @@ bench: install peers
 # RESULTS.md), never over the published numbers; peers are used where `make peers` installed them.
 bench-quick: install
 	$(PY) perf/run_all.py --quick
+
+# The boosting experiment (docs/boosting.md): the paper's protocol and the equal-budget one on
+# Hopper, Walker2d and Humanoid, resumable (rerun to continue), then perf/RESULTS.md. Many hours
+# per seed on two cores; pass a smaller scale with BOOST_ARGS, e.g. BOOST_ARGS="--tasks Hopper-v5
+# --seeds 1-3 --jobs 2".
+boost: install
+	$(PY) perf/boost.py --protocol paper $(BOOST_ARGS)
+	$(PY) perf/boost.py --protocol budget $(BOOST_ARGS)
+	$(PY) perf/render_results.py
+
+# Both protocols at CI size (CartPole, one seed, a few rounds; a few minutes), results under
+# runs/boost/, never over the published ones.
+boost-quick: install
+	$(PY) perf/boost.py --quick --protocol paper
+	$(PY) perf/boost.py --quick --protocol budget
 
 lint: install
 	$(VENV)/bin/ruff check .
