@@ -209,8 +209,8 @@ async def soak(args: argparse.Namespace, services: Services, out: Path) -> dict[
 
 
 def persistent(r: Any) -> int:
-    """Keys without an expiry: old weight versions expire (``old_weights_ttl_s``), so only
-    these can leak for good."""
+    """Keys without an expiry: every key a run creates expires, so these are what could leak
+    for good."""
     keys = list(r.scan_iter(count=1000))
     if not keys:
         return 0
@@ -251,8 +251,8 @@ def report(result: dict[str, Any]) -> None:
     kept = {s["persistent_keys"] for s in samples[1:]}
     print(f"redis keys over time: {keys}")
     print(f"keys without expiry: {sorted(kept)} ({'flat' if len(kept) <= 1 else 'NOT flat'}); "
-          f"old weight versions expire after transport.old_weights_ttl_s (30 s), so the total "
-          f"levels off at about rounds/s x 30 + keep_versions")
+          f"old weight versions are deleted once keep_versions newer ones exist, so the total "
+          f"levels off at about keep_versions + 2")
 
 
 def main(argv: list[str] | None = None) -> int:
