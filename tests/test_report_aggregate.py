@@ -161,3 +161,55 @@ def test_a_hundred_runs_report_in_seconds(tmp_path: Path) -> None:
     # 100 runs x 50 rounds x 32 invocations (160,000 events), figures included; seconds on a
     # busy two-core machine.
     assert elapsed < 30, elapsed
+
+
+def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) -> None:
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    from kernel.plan import load_plan
+
+    def args(**kw: Any) -> argparse.Namespace:
+        base = dict(protocol="paper", quick=False, tasks=None, settings=None, costs=None,
+                    seeds=None, rounds=None, steps_per_actor=None, start_actors=None,
+                    min_actors=None, max_actors=None, eval_every=None, eval_episodes=None)
+        return argparse.Namespace(**{**base, **kw})
+
+    quick = boost.protocol_from(args(quick=True))
+    assert quick.tasks == ("CartPole-v1",) and "fixed64" not in quick.settings
+    assert "fixed2" in quick.settings and quick.rounds == 3
+    assert boost.protocol_from(args(protocol="budget", quick=True)).rounds == 20
+    assert boost.protocol_from(args(rounds=7, max_actors=32)).max_actors == 32
+    for name in ("paper", "budget"):
+        p = boost.protocol_from(args(protocol=name))
+        for cost in ("aws-cpu", "aws-gpu", "prototype"):
+            plan = boost.base_plan(p, "Hopper-v5", cost, 0.01 if name == "budget" else None,
+                                   "sync", 1)
+            for label in p.settings:
+                resolved = load_plan(plan, list(boost.setting(label).overrides))
+                assert resolved["actors"]["steps"] == 512 and resolved["env"]["num_envs"] == 1
+                if label.startswith("fixed"):
+                    assert resolved["actors"]["count"] == int(label[5:])
+            assert ("budget_usd" in plan["stop"]) == (name == "budget")
+
+    rows = []
+    for task in ("Hopper-v5", "Walker2d-v5"):
+        for setting, gain in (("fixed16", 0.0), ("nitro", 50.0)):
+            for seed in (1, 2, 3):
+                rows.append({"task": task, "cost": "aws-gpu", "target": 1000.0,
+                             "setting": setting, "seed": seed, "stop_reason": "max_rounds",
+                             "final_eval_return": 900.0 + 10 * seed + gain,
+                             "best_eval_return": 1000.0 + gain, "cost_usd": 0.01,
+                             "sim_time_s": 100.0, "env_steps": 400_000, "mean_actors": 16.0,
+                             "reached_target": seed > 1, "cost_to_target_usd": 0.008,
+                             "sim_time_to_target_s": 80.0})
+    data = {"protocol": vars(boost.PAPER), "mode": "sync", "baseline": "fixed16",
+            "budgets": {}, "rows": rows}
+    text = boost.render(data)
+    assert text == boost.render(json.loads(json.dumps(data)))  # from stored rows alone
+    assert "### Hopper-v5, cost model `aws-gpu`, target return 1000" in text
+    assert "### Walker2d-v5, cost model `aws-gpu`" in text
+    assert "| nitro | 3 | +50.0 [+50.0, +50.0]" in text
