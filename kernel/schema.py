@@ -7,6 +7,7 @@ whole message a user sees for a bad plan.
 
 from __future__ import annotations
 
+import copy
 import difflib
 import math
 from collections.abc import Iterable, Mapping
@@ -145,6 +146,14 @@ def did_you_mean(word: str, options: Iterable[str]) -> str:
 
 def _num(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else str(x)
+
+
+def defaults(fields: Mapping[str, Field]) -> dict[str, Any]:
+    """What validation fills for the optional keys a table leaves out, read from the fields
+    themselves: a plugin built from a hand-made config (a test, an embedding application)
+    completes it from its own declaration instead of a second copy of each default."""
+    return {key: copy.deepcopy(spec.default) for key, spec in fields.items()
+            if not spec.required}
 
 
 def validate_table(

@@ -173,9 +173,9 @@ class OnPolicyLearner:
     # -- learning -----------------------------------------------------------------------------
 
     def progress(self) -> float:
-        if self.stop.get("max_env_steps"):
+        if self.stop["max_env_steps"]:
             return self.trained_env_steps / self.stop["max_env_steps"]
-        if self.stop.get("max_rounds"):
+        if self.stop["max_rounds"]:
             return self.updates / self.stop["max_rounds"]
         return 0.0
 
@@ -310,6 +310,10 @@ def make_ppo(ctx: PluginContext) -> OnPolicyLearner:
 
 
 def env_spec_of(plan: Mapping[str, Any]) -> dict[str, Any]:
+    """The env section as actors and probes build envs from it, plus the algorithm's discount,
+    which the actors' return normalisation uses. An algorithm that declares no ``gamma`` (one
+    without discounting) leaves it to the env library's own default."""
     env = {k: v for k, v in plan["env"].items() if k != "provider"}
-    env["gamma"] = float(plan["algo"].get("gamma", 0.99))
+    if "gamma" in plan["algo"]:
+        env["gamma"] = float(plan["algo"]["gamma"])
     return env

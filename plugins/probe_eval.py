@@ -19,7 +19,7 @@ from plugins.learner import env_spec_of
 class EvalProbe:
     def __init__(self, ctx: PluginContext):
         self.every = int(ctx.config["every"])
-        self.episodes = int(ctx.config.get("episodes", 10))
+        self.episodes = int(ctx.config["episodes"])
         self.env_spec = env_spec_of(ctx.plan)
         self._policy: Any = None
 

@@ -19,8 +19,8 @@ class GnsProbe:
     def __init__(self, ctx: PluginContext):
         cfg = ctx.config
         self.every = int(cfg["every"])
-        self.samples = int(cfg.get("samples", 4096))
-        self.slices = int(cfg.get("slices", 8))
+        self.samples = int(cfg["samples"])
+        self.slices = int(cfg["slices"])
         self.before = cfg.get("at", "before") == "before"
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:

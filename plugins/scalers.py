@@ -11,11 +11,24 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from kernel.roles import PluginContext, RoundRecord, ScaleContext
+from kernel.schema import Field, defaults
+from plugins.descriptors.boost import (
+    DECAY_ONLY_CONFIG,
+    FIXED_CONFIG,
+    GNS_SCALER_CONFIG,
+    HYDROZOA_CONFIG,
+    KUNGFU_CONFIG,
+    NITRO_CONFIG,
+    NO_BOOST_CONFIG,
+    REWARD_SLOPE_CONFIG,
+    SCHEDULE_CONFIG,
+)
 
 
 def budget_cap(ctx: ScaleContext) -> int | None:
@@ -36,6 +49,12 @@ def _finite(value: Any) -> float | None:
     except (TypeError, ValueError):
         return None
     return value if math.isfinite(value) else None
+
+
+def _config(ctx: PluginContext, fields: Mapping[str, Field]) -> dict[str, Any]:
+    """The scaler's section with every default its descriptor declares: a plan's section is
+    complete already, a hand-made one (tests, embedding) is completed from the same fields."""
+    return {**defaults(fields), **ctx.config}
 
 
 class _Scaler:
@@ -73,7 +92,8 @@ class FixedScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        self.count = int(ctx.config.get("count") or ctx.plan["actors"]["count"])
+        # Unset (None) is the declared default: the plan's start count.
+        self.count = int(_config(ctx, FIXED_CONFIG)["count"] or ctx.plan["actors"]["count"])
 
     def choose(self, ctx: ScaleContext) -> int:
         self.last_detail = {}
@@ -120,12 +140,12 @@ class NitroScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        cfg = ctx.config
-        self.window: deque[float] = deque(maxlen=int(cfg.get("window", 6)))
-        self.decay = float(cfg.get("decay", 0.96))
-        self.flat_score = float(cfg.get("flat_score", 1.0))
-        self.prototype_compat = bool(cfg.get("prototype_compat", False))
-        self.signal = str(cfg.get("signal", DEFAULT_SIGNAL["nitro"]))
+        cfg = _config(ctx, NITRO_CONFIG)
+        self.window: deque[float] = deque(maxlen=int(cfg["window"]))
+        self.decay = float(cfg["decay"])
+        self.flat_score = float(cfg["flat_score"])
+        self.prototype_compat = bool(cfg["prototype_compat"])
+        self.signal = str(cfg["signal"])
 
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round
@@ -211,8 +231,9 @@ class DecayOnlyScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        self.decay = float(ctx.config.get("decay", 0.96))
-        self.prototype_compat = bool(ctx.config.get("prototype_compat", False))
+        cfg = _config(ctx, DECAY_ONLY_CONFIG)
+        self.decay = float(cfg["decay"])
+        self.prototype_compat = bool(cfg["prototype_compat"])
 
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round
@@ -235,7 +256,7 @@ class NoBoostScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        self.count = int(ctx.config.get("count") or ctx.plan["actors"]["count"])
+        self.count = int(_config(ctx, NO_BOOST_CONFIG)["count"] or ctx.plan["actors"]["count"])
         self.rule = NitroScaler(ctx)
 
     def choose(self, ctx: ScaleContext) -> int:
@@ -259,8 +280,9 @@ class KungfuScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        self.signal = str(ctx.config.get("signal", DEFAULT_SIGNAL["gns"]))
-        self.base = ctx.config.get("base")
+        cfg = _config(ctx, KUNGFU_CONFIG)
+        self.signal = str(cfg["signal"])
+        self.base = cfg["base"]  # None: actors.min, read when the first round is decided
         self.n: float | None = None
         self.previous: float | None = None
 
@@ -295,8 +317,9 @@ class HydrozoaScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        self.base = ctx.config.get("base")
-        self.every = int(ctx.config.get("every", 10))
+        cfg = _config(ctx, HYDROZOA_CONFIG)
+        self.base = cfg["base"]  # None: actors.min, read when the first round is decided
+        self.every = int(cfg["every"])
 
     def choose(self, ctx: ScaleContext) -> int:
         step = ctx.round // self.every  # the next round is ctx.round + 1
@@ -373,11 +396,11 @@ class GnsScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        cfg = ctx.config
-        self.window = int(cfg.get("window", 10))
-        self.threshold = float(cfg.get("threshold", 1.0))
-        self.min_history = int(cfg.get("min_history", 3))
-        self.signal = str(cfg.get("signal", "gns"))
+        cfg = _config(ctx, GNS_SCALER_CONFIG)
+        self.window = int(cfg["window"])
+        self.threshold = float(cfg["threshold"])
+        self.min_history = int(cfg["min_history"])
+        self.signal = str(cfg["signal"])
 
     def choose(self, ctx: ScaleContext) -> int:
         values = [_finite(r.probes.get(self.signal)) for r in ctx.history]
@@ -408,11 +431,11 @@ class ScheduleScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        cfg = ctx.config
-        self.direction = str(cfg.get("direction", "ascend"))
-        self.steps = [int(s) for s in (cfg.get("steps") or [])]
-        self.step = int(cfg.get("step", 1))
-        self.every = int(cfg.get("every", 5))
+        cfg = _config(ctx, SCHEDULE_CONFIG)
+        self.direction = str(cfg["direction"])
+        self.steps = [int(s) for s in cfg["steps"]]
+        self.step = int(cfg["step"])
+        self.every = int(cfg["every"])
 
     def choose(self, ctx: ScaleContext) -> int:
         index = ctx.round // self.every  # round ctx.round + 1 is the next one
@@ -435,10 +458,10 @@ class RewardSlopeScaler(_Scaler):
 
     def __init__(self, ctx: PluginContext):
         super().__init__(ctx)
-        cfg = ctx.config
-        self.window = int(cfg.get("window", 5))
-        self.flat = float(cfg.get("flat_threshold", 0.01))
-        self.step = int(cfg.get("step", 1))
+        cfg = _config(ctx, REWARD_SLOPE_CONFIG)
+        self.window = int(cfg["window"])
+        self.flat = float(cfg["flat_threshold"])
+        self.step = int(cfg["step"])
 
     def choose(self, ctx: ScaleContext) -> int:
         points = [(r.round, _reward(r)) for r in ctx.history]

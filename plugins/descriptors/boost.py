@@ -87,10 +87,11 @@ DECAY_ONLY_CONFIG = {
                               "truncated)."),
 }
 
-NO_BOOST_CONFIG = {
-    **NITRO_CONFIG,
+FIXED_CONFIG = {
     "count": Field("int", None, "Actors every round (default actors.count).", min=1),
 }
+
+NO_BOOST_CONFIG = {**NITRO_CONFIG, **FIXED_CONFIG}
 
 KUNGFU_CONFIG = {
     "base": Field("int", None, "Actors from round 2 on, before any rise (default actors.min).",
@@ -137,9 +138,7 @@ REWARD_SLOPE_CONFIG = {
 
 PLUGINS = [
     Plugin("fixed", "scaler", "plugins.scalers:FixedScaler",
-           "Always scaler.count (default actors.count).",
-           config={"count": Field("int", None, "Actors every round (default actors.count).",
-                                  min=1)}),
+           "Always scaler.count (default actors.count).", config=FIXED_CONFIG),
     Plugin("min", "scaler", "plugins.scalers:MinScaler", "Always actors.min."),
     Plugin("max", "scaler", "plugins.scalers:MaxScaler", "Always actors.max."),
     Plugin("random", "scaler", "plugins.scalers:RandomScaler",
