@@ -115,10 +115,12 @@ class Engine:
         *,
         out_dir: str | os.PathLike[str] | None = None,
         registry: Registry | None = None,
+        force: bool = False,
     ) -> Engine:
         """Load and validate a plan (raises ``PlanError`` before anything starts)."""
         registry = registry or default_registry()
-        return cls(load_plan(plan, overrides, registry), out_dir=out_dir, registry=registry)
+        return cls(load_plan(plan, overrides, registry), out_dir=out_dir, registry=registry,
+                   force=force)
 
     @classmethod
     def resume(cls, run_dir: str | os.PathLike[str], overrides: Iterable[str] = (),
