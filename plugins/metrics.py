@@ -185,3 +185,27 @@ def require_extra(module: str, extra: str) -> None:
     missing: at plan validation, before any actor starts."""
     if importlib.util.find_spec(module) is None:
         raise ValueError(f"{module} is not installed: pip install 'nitro-rl[{extra}]'")
+
+
+class RoundRows:
+    """Joins each round's ``ScaleDecided`` and ``CostCharged`` to its ``RoundFinished``: a
+    tracker logs one row per round, and the three events arrive apart."""
+
+    def __init__(self) -> None:
+        self.started_ts: float | None = None
+        self._scale: dict[int, ev.ScaleDecided] = {}
+        self._cost: dict[int, float] = {}
+
+    def feed(self, event: Any) -> dict[str, float] | None:
+        """The round's row when ``event`` finishes a round, else None (the event is kept)."""
+        if isinstance(event, ev.RunStarted):
+            self.started_ts = event.ts
+        elif isinstance(event, ev.ScaleDecided):
+            self._scale[event.round] = event
+        elif isinstance(event, ev.CostCharged):
+            self._cost[event.round] = event.round_usd
+        elif isinstance(event, ev.RoundFinished):
+            return tracker_values(event, started_ts=self.started_ts,
+                                  round_cost_usd=self._cost.pop(event.round, None),
+                                  scale=self._scale.pop(event.round, None))
+        return None

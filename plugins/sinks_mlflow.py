@@ -20,7 +20,7 @@ from typing import Any
 from kernel import events as ev
 from kernel import logs
 from kernel.roles import PluginContext
-from plugins.metrics import require_extra, tracker_values
+from plugins.metrics import RoundRows, require_extra
 
 #: MLflow accepts at most 100 parameters per ``log_batch`` call.
 _PARAMS_PER_BATCH = 100
@@ -56,9 +56,7 @@ class MlflowSink:
         self.run_id = ctx.run_id
         self.client: Any = None
         self.mlflow_run_id: str | None = None
-        self._started_ts: float | None = None
-        self._scale: dict[int, ev.ScaleDecided] = {}
-        self._cost: dict[int, float] = {}
+        self.rows = RoundRows()
         self._stop_reason: str | None = None
 
     @property
@@ -93,16 +91,8 @@ class MlflowSink:
     async def handle(self, event: Any) -> None:
         if self.client is None:
             return
-        if isinstance(event, ev.RunStarted):
-            self._started_ts = event.ts
-        elif isinstance(event, ev.ScaleDecided):
-            self._scale[event.round] = event
-        elif isinstance(event, ev.CostCharged):
-            self._cost[event.round] = event.round_usd
-        elif isinstance(event, ev.RoundFinished):
-            values = tracker_values(event, started_ts=self._started_ts,
-                                    round_cost_usd=self._cost.pop(event.round, None),
-                                    scale=self._scale.pop(event.round, None))
+        values = self.rows.feed(event)
+        if values is not None:
             await asyncio.to_thread(self._log_round, values, event.env_steps, event.ts)
         elif isinstance(event, ev.RunStopped):
             self._stop_reason = event.reason

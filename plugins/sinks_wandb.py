@@ -18,7 +18,7 @@ from typing import Any
 from kernel import events as ev
 from kernel import logs
 from kernel.roles import PluginContext
-from plugins.metrics import require_extra, tracker_values
+from plugins.metrics import RoundRows, require_extra
 
 
 def check(section: dict[str, Any], plan: dict[str, Any]) -> None:
@@ -34,9 +34,7 @@ class WandbSink:
         self.run_dir = ctx.run_dir
         self.run_id = ctx.run_id
         self.run: Any = None
-        self._started_ts: float | None = None
-        self._scale: dict[int, ev.ScaleDecided] = {}
-        self._cost: dict[int, float] = {}
+        self.rows = RoundRows()
         self._stop_reason: str | None = None
 
     async def start(self, ctx: PluginContext) -> None:
@@ -63,17 +61,9 @@ class WandbSink:
     async def handle(self, event: Any) -> None:
         if self.run is None:
             return
-        if isinstance(event, ev.RunStarted):
-            self._started_ts = event.ts
-        elif isinstance(event, ev.ScaleDecided):
-            self._scale[event.round] = event
-        elif isinstance(event, ev.CostCharged):
-            self._cost[event.round] = event.round_usd
-        elif isinstance(event, ev.RoundFinished):
-            self.run.log(tracker_values(
-                event, started_ts=self._started_ts,
-                round_cost_usd=self._cost.pop(event.round, None),
-                scale=self._scale.pop(event.round, None)))
+        values = self.rows.feed(event)
+        if values is not None:
+            self.run.log(values)
         elif isinstance(event, ev.RunStopped):
             self._stop_reason = event.reason
             self.run.summary["stop_reason"] = event.reason
