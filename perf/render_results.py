@@ -26,11 +26,13 @@ OUT = c.PERF / "RESULTS.md"
 #: Section order on the page: quick, self-contained benchmarks first, the peers last; files
 #: not named here follow in name order.
 ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
-         "learner_bench", "boost_vs_fixed", "boost_vs_fixed_small", "hessian_subsample", "load",
+         "learner_bench", "boost_budget", "boost_paper", "boost_vs_fixed", "boost_vs_fixed_small",
+         "hessian_subsample", "load",
          "soak", "compare_peers"]
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
-             "fanout": "fanout", "dataplane": "dataplane"}
+             "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
+             "boost_budget": "boost"}
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
 RAW_KEYS = ("rows", "results", "runs", "repeats")
 NOT_RECHECKABLE = ("**Not re-checkable until re-measured**: this file keeps only aggregates "

@@ -30,6 +30,9 @@ HELPERS = {"common", "run_all", "ppo_minimal", "render_results"}
 #: and the GPU check is for a machine with a GPU. Scripts without a ``--quick`` are left out
 #: too: at full size they would not fit the quick check's 15 minutes.
 NOT_QUICK = {"boost_vs_fixed", "soak", "gpu_check"}
+#: Scripts with a make target of their own (``make boost``: hours at full size), run here only
+#: when ``--only`` names them.
+SEPARATE = {"boost"}
 QUICK_DIR = c.ROOT / "runs" / "bench-quick"
 
 
@@ -80,6 +83,7 @@ def main() -> int:
     ran: list[dict[str, Any]] = []
     if not args.collect:
         skip = set(args.skip) | (NOT_QUICK if args.quick and args.only is None else set())
+        skip |= SEPARATE if args.only is None else set()
         if args.quick and args.only is None:
             skip |= {s for s in scripts() if not supports(s, "--quick")}
             c.log(f"--quick leaves out: {', '.join(sorted(skip))}")
