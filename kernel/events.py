@@ -115,6 +115,10 @@ class VersionLag(Event):
     max: int
     histogram: dict[str, int]
     dropped_stale: int
+    #: Async: invocations the fleet kept outstanding during the round (None: pipelined).
+    in_flight: int | None = None
+    #: Share of the env steps read this round that the update trains on (the rest: stale).
+    trained_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -169,6 +173,9 @@ class RoundFinished(Event):
     episode_length_mean: float | None = None
     probes: dict[str, float] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
+    #: Share of the env steps read in the round's gather that the learner trained on; the
+    #: rest were dropped as too stale (None: nothing arrived).
+    trained_fraction: float | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

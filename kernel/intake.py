@@ -60,6 +60,15 @@ class Gathered:
     message_ids: list[str]
     #: Batches dropped as too old (or not awaited) during this gather.
     stale: int = 0
+    #: Env steps of this run's batches read during this gather, kept or dropped as stale.
+    sampled_env_steps: int = 0
+
+    @property
+    def trained_fraction(self) -> float | None:
+        """Share of the env steps read in this gather that go to the learner."""
+        if self.sampled_env_steps <= 0:
+            return None
+        return sum(int(b["env_steps"]) for b in self.batches) / self.sampled_env_steps
 
 
 class Intake:
@@ -87,6 +96,12 @@ class Intake:
         self.closing = False
         #: Called with each finished invocation's success (async mode tops its fleet up).
         self.on_done: Callable[[bool], None] | None = None
+        #: Called when a batch was read and settled (kept or dropped): its invocation no
+        #: longer counts as outstanding (async mode launches the next one then).
+        self.on_settled: Callable[[], None] | None = None
+        #: The share of sampled env steps the last gather handed to the learner.
+        self.last_trained_fraction: float | None = None
+        self._sampled_in_gather = 0
         self._inner: dict[str, Receipt] = {}
         self._indices: dict[int, int] = {}
         self.per_round = True
@@ -229,6 +244,7 @@ class Intake:
         deadline = t0 + self.plan["actors"]["deadline_s"]
         errors_before = self.state.counters.invocation_errors
         stale_before = self.state.counters.stale_batches
+        self._sampled_in_gather = 0
         self.consecutive_failures = 0
         stop_wait = asyncio.create_task(self.stop_requested.wait())
         try:
@@ -276,8 +292,13 @@ class Intake:
             round=number, expected=wanted, received=len(batches), failed=failures,
             timed_out=sum(1 for inv, _ in self.tasks.values() if inv.round == number),
             gather_s=time.monotonic() - t0))
-        return Gathered([batches[rid] for rid in sorted(batches)], message_ids,
-                        stale=self.state.counters.stale_batches - stale_before)
+        gathered = Gathered([batches[rid] for rid in sorted(batches)], message_ids,
+                            stale=self.state.counters.stale_batches - stale_before,
+                            sampled_env_steps=self._sampled_in_gather)
+        self.state.counters.trained_env_steps += sum(int(b["env_steps"])
+                                                     for b in batches.values())
+        self.last_trained_fraction = gathered.trained_fraction
+        return gathered
 
     def _expire_lost(self, number: int, now: float) -> float:
         """With nothing in flight: once the grace after the last return is over, batches still
@@ -357,19 +378,31 @@ class Intake:
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="duplicate"))
             return
+        if body["run_id"] == self.run_id:
+            self._count_sampled(int(body["env_steps"]))
         if body["run_id"] != self.run_id or rid not in self.pending or \
                 not version - max_lag <= got_version <= version:
             s.counters.stale_batches += 1
-            self.pending.pop(rid, None)
+            self._settle(rid)
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="stale"))
             return
-        self.pending.pop(rid)
         s.seen_requests.add(rid)
         batches[rid] = body
         self._inner[rid] = inner
+        self._settle(rid)
         self.publish(ev.BatchArrived(round=number, request_id=rid, version=got_version,
                                      env_steps=int(body["env_steps"]), bytes=len(payload)))
+
+    def _count_sampled(self, env_steps: int) -> None:
+        self.state.counters.sampled_env_steps += env_steps
+        self._sampled_in_gather += env_steps
+
+    def _settle(self, rid: str) -> None:
+        """The batch of ``rid`` was read: its invocation is no longer outstanding."""
+        if self.pending.pop(rid, None) is not None and self.on_settled is not None \
+                and not self.closing:
+            self.on_settled()
 
     @staticmethod
     def check(body: Batch) -> tuple[str, int, Receipt]:

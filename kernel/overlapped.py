@@ -1,10 +1,15 @@
 """Rounds that overlap sampling and training: only their scheduling lives here.
 
-``async`` (APPO, IMPALA): the intake keeps the scaler's target number of invocations in
-flight; each new invocation takes the newest weights; the learner trains on batches as they
-arrive, ``actors.batches_per_update`` at a time; batches more than ``actors.max_lag`` versions
-old are dropped and counted, and the lag is reported per update. A new target applies to the
-very next launch after the decision.
+``async`` (APPO, IMPALA): the learner trains on batches as they arrive,
+``actors.batches_per_update`` at a time; each new invocation takes the newest weights; batches
+more than ``actors.max_lag`` versions old are dropped and counted, and the lag is reported per
+update. The fleet keeps ``in_flight`` invocations outstanding, counting those whose batch has
+come back but was not read yet: an invocation is replaced when its batch is read, so a learner
+slower than its actors is never buried under batches that will be stale by the time it gets
+to them. ``in_flight`` (`FleetSize`) is what keeps the learner fed, no more: the batches one
+update takes times the updates an invocation spans, lowered when batches are dropped as stale,
+never below ``actors.min`` nor above the scaler's target (which applies from the next launch
+after the decision).
 
 ``pipelined`` (synchronous PPO): round t+1's invocations sample while round t trains, so they
 arrive about one version stale. When they start depends on whether the scaler reads the round's
@@ -24,6 +29,8 @@ learner update, so stop rules, probes, scalers and sinks work unchanged.
 from __future__ import annotations
 
 import asyncio
+import math
+import statistics
 import time
 from collections import Counter
 from typing import Any
@@ -41,6 +48,55 @@ log = structlog.get_logger("kernel.overlapped")
 SNAPSHOT_MARGIN = 1.2
 #: Below this fraction of the update done, a snapshot gains nothing over the last weights.
 MIN_SNAPSHOT_AT = 0.05
+#: Rounds without a stale drop after which a lowered fleet may grow by one again.
+RECOVER_ROUNDS = 5
+
+
+class FleetSize:
+    """How many invocations async mode keeps outstanding.
+
+    A learner that trains on ``B`` batches per round, busy for ``busy_s`` of it, keeps up with
+    invocations that take ``invocation_s`` when ``B * ceil(invocation_s / busy_s)`` are
+    outstanding: those launched as one round's batches are read come back by the next round
+    (or the one after, and so on, for invocations longer than a round). More only wait in the
+    queue, growing older by one version per round, until ``max_lag`` drops them: a batch read
+    in order waits about size / B rounds, so the size never exceeds ``B * max_lag`` (with
+    invocations longer than ``max_lag`` rounds the learner waits for batches rather than drop
+    them). Timings drift and the queue's order is not the launch order, so a round with stale
+    drops also lowers a ceiling on the size, which rises by one after ``RECOVER_ROUNDS`` clean
+    rounds.
+    """
+
+    def __init__(self, n_min: int, target: int, max_lag: int, batches_per_round: int):
+        self.n_min = n_min
+        self.max_lag = max(1, max_lag)
+        #: Before anything is measured: the target, within the lag bound.
+        self.value = max(n_min, min(target, max(1, batches_per_round) * self.max_lag))
+        self.ceiling: int | None = None
+        self._clean_rounds = 0
+
+    def update(self, *, target: int, batches_per_round: int, invocation_s: float | None,
+               busy_s: float | None, stale: int) -> int:
+        """The size after a round with these measurements (None: not measured)."""
+        per_round = max(1, batches_per_round)
+        needed = self.value
+        if invocation_s is not None and busy_s is not None and busy_s > 0:
+            needed = per_round * max(1, math.ceil(invocation_s / busy_s))
+        needed = min(needed, per_round * self.max_lag)
+        if stale > 0:
+            self.ceiling = max(self.n_min, min(self.value, needed) - 1)
+            self._clean_rounds = 0
+        elif self.ceiling is not None:
+            self._clean_rounds += 1
+            if self._clean_rounds >= RECOVER_ROUNDS:
+                self._clean_rounds = 0
+                self.ceiling += 1
+                if self.ceiling >= target:
+                    self.ceiling = None
+        if self.ceiling is not None:
+            needed = min(needed, self.ceiling)
+        self.value = max(self.n_min, min(target, needed))
+        return self.value
 
 
 class OverlappedRounds:
@@ -62,8 +118,13 @@ class OverlappedRounds:
         self._spec: dict[str, Any] | None = None
         self._next_size = 0
         self.intake.per_round = False
+        #: Async: invocations kept outstanding (launched, batch not read yet).
+        self.fleet = FleetSize(coordinator.rules.n_min, self.target, self.max_lag,
+                               plan["actors"]["batches_per_update"] or self.target)
+        self._invocation_s: float | None = None
         if mode == "async":
             self.intake.on_done = self._top_up
+            self.intake.on_settled = self._fill
 
     # -- launching ----------------------------------------------------------------------------
 
@@ -82,7 +143,12 @@ class OverlappedRounds:
             asyncio.get_running_loop().call_later(delay, self._fill)
 
     def _fill(self) -> int:
-        return self._launch(self.c.state.round + 1, self.target - len(self.intake.tasks))
+        """Launch until ``fleet.value`` invocations are outstanding. An invocation counts until
+        its batch is read, not until it returns: batches waiting for a busy learner hold the
+        fleet back instead of growing stale in the queue."""
+        running = {inv.request_id for inv, _ in self.intake.tasks.values()}
+        outstanding = len(running | self.intake.pending.keys())
+        return self._launch(self.c.state.round + 1, self.fleet.value - outstanding)
 
     # -- one round ----------------------------------------------------------------------------
 
@@ -93,7 +159,8 @@ class OverlappedRounds:
         if not self._started:
             await c.publish_weights(number)
             self._started = True
-            self._launched_next = self._launch(number, self.target)
+            first = self.fleet.value if self.mode == "async" else self.target
+            self._launched_next = self._launch(number, first)
         c.publish(ev.RoundStarted(round=number, actors=self.target, version=s.version))
         t_actors = time.perf_counter()
         if self.mode == "async":
@@ -112,7 +179,7 @@ class OverlappedRounds:
         # during the update, and they belong (and are charged) to the next round.
         receipts = self.intake.receipts_for(arrived, self.intake.drain_receipts())
         sample_s = self.intake.drain_sample_s()
-        self._report_lag(number, batches, gathered.stale)
+        self._report_lag(number, batches, gathered.stale, gathered.trained_fraction)
 
         n = self.target
         self._launched_next = 0
@@ -146,8 +213,22 @@ class OverlappedRounds:
         )
         self.target = max(s.actors_next, c.rules.n_min)
         if self.mode == "async":
+            busy_s = time.perf_counter() - t_round - actor_s  # the round less its wait
+            self._resize(wanted, sample_s, busy_s, gathered.stale)
             self._fill()
         return record
+
+    def _resize(self, batches_per_round: int, sample_s: list[float], busy_s: float,
+                stale: int) -> None:
+        if sample_s:
+            self._invocation_s = statistics.median(sample_s)
+        before = self.fleet.value
+        after = self.fleet.update(target=self.target, batches_per_round=batches_per_round,
+                                  invocation_s=self._invocation_s, busy_s=busy_s, stale=stale)
+        if after != before:
+            log.info("fleet_resized", round=self.c.state.round, in_flight=after, before=before,
+                     target=self.target, invocation_s=self._invocation_s, busy_s=busy_s,
+                     stale=stale)
 
     def _launch_ahead(self, number: int, n: int, batches: list[Batch],
                       sample_s: list[float]) -> SnapshotRequest | None:
@@ -194,7 +275,8 @@ class OverlappedRounds:
         await self.c.publish_weights(number, weights)
         self._launched_next = self._launch(number + 1, self._next_size)
 
-    def _report_lag(self, number: int, batches: list[Batch], stale: int) -> None:
+    def _report_lag(self, number: int, batches: list[Batch], stale: int,
+                    trained_fraction: float | None) -> None:
         if not batches:
             return
         version = self.c.state.version
@@ -203,4 +285,6 @@ class OverlappedRounds:
         self.c.publish(ev.VersionLag(
             round=number, mean=sum(lags) / len(lags), max=max(lags),
             histogram=dict(sorted(histogram.items())), dropped_stale=stale,
+            in_flight=self.fleet.value if self.mode == "async" else None,
+            trained_fraction=trained_fraction,
         ))

@@ -31,10 +31,22 @@ class Counters:
     duplicate_batches: int = 0
     empty_rounds: int = 0
     lost_batches: int = 0
+    #: Env steps of the batches of this run that reached the intake (trained or dropped as
+    #: stale); what never arrived is not counted, as its size is not known.
+    sampled_env_steps: int = 0
+    #: Env steps of the batches handed to the learner.
+    trained_env_steps: int = 0
 
     def reject(self, reason: str) -> None:
         self.rejected_payloads += 1
         self.rejected_reasons[reason] = self.rejected_reasons.get(reason, 0) + 1
+
+    def trained_fraction(self) -> float | None:
+        """Share of the sampled env steps the learner trained on (None before any arrived):
+        what an asynchronous fleet that outruns its learner wastes shows here."""
+        if self.sampled_env_steps <= 0:
+            return None
+        return self.trained_env_steps / self.sampled_env_steps
 
 
 @dataclass
