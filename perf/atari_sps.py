@@ -10,8 +10,10 @@ Rows (all on one core, one torch thread, like a local worker or a 1-vCPU Lambda)
 - Sampler + random policy: ``envs.Sampler.sample`` with a numpy policy (the rollout buffers,
   reward clipping and episode tracking on top of the vector env);
 - Sampler + ActorPolicy: the same with the Nature-CNN actor in eager torch;
-- Sampler + CNNPolicy: the same network on ONNX Runtime (``algos.policy_onnx``, the actor's
-  policy when the optional ``onnx`` extra is installed).
+- Sampler + CNNPolicy: the same network on ONNX Runtime (``algos.policy_onnx``);
+- Sampler + the plugins' actor: whatever ``algos.actor.make_actor_policy`` picks for the
+  Nature CNN (CNNPolicy when the optional ``onnx`` extra is installed, else torch), i.e. what
+  an actor of the stock algo plugins runs; its ratio to raw is the actor's figure.
 
 Repeats are interleaved (every row once, then again), so a busy neighbour slows all rows alike;
 each row prints its best steps/s and its ratio to the raw row measured in the same run.
@@ -153,6 +155,10 @@ def main() -> None:
     core = PPO(spaces)
     actor = ActorPolicy(core.actor_spec())
     actor.load(core.weights())
+    from algos.actor import make_actor_policy
+
+    plugin_actor = make_actor_policy(core.actor_spec())
+    plugin_actor.load(core.weights())
     onnx_actor = None
     if onnx_available():
         onnx_actor = CNNPolicy(core.actor_spec())
@@ -167,6 +173,8 @@ def main() -> None:
         ("Sampler + ActorPolicy (Nature CNN, torch)", sampler(spec, steps, actor)),
         ("Sampler + CNNPolicy (Nature CNN, ONNX Runtime)",
          sampler(spec, steps, onnx_actor) if onnx_actor is not None else None),
+        (f"Sampler + plugins' actor ({type(plugin_actor).__name__})",
+         sampler(spec, steps, plugin_actor)),
     ]
     best = {name: 0.0 for name, fn in rows if fn is not None}
     for _ in range(repeats):
