@@ -492,10 +492,14 @@ def _reward(record: RoundRecord) -> float | None:
 #: When a plan leaves actors.max unset, an adaptive scaler gets room to boost.
 ADAPTIVE_MAX_FACTOR = 8
 
-#: The probe value each measuring scaler reads by default, and the probe that reports it.
-DEFAULT_SIGNAL = {"nitro": "hessian_ratio", "prototype": "hessian_ratio",
-                  "no_boost": "hessian_ratio", "gns": "gns", "kungfu": "gns",
-                  "critical_batch": "gns"}
+#: The probe value each measuring scaler reads by default (its descriptor's ``signal``;
+#: critical_batch has no such key and always reads the gns probe's parts), and the probe
+#: that reports it.
+DEFAULT_SIGNAL = {"nitro": NITRO_CONFIG["signal"].default,
+                  "prototype": NITRO_CONFIG["signal"].default,
+                  "no_boost": NO_BOOST_CONFIG["signal"].default,
+                  "gns": GNS_SCALER_CONFIG["signal"].default,
+                  "kungfu": KUNGFU_CONFIG["signal"].default, "critical_batch": "gns"}
 SIGNAL_PROBE = {"hessian_ratio": "hessian", "gns": "gns"}
 
 
