@@ -5,6 +5,8 @@ from __future__ import annotations
 from kernel.registry import Plugin
 from kernel.schema import Field
 
+#: `algos.ppo.PPOConfig` as plan fields (tests/test_algo_defaults.py holds them equal; the
+#: dataclass is not read here because its module imports torch).
 PPO_CONFIG = {
     "learning_rate": Field("float", 3e-4, "Adam learning rate at the start.", min=0,
                            min_exclusive=True),

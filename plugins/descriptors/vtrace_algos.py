@@ -1,7 +1,10 @@
 """Descriptors of the V-trace algorithms: IMPALA and APPO (factories in plugins.learner_vtrace).
 
-The fields mirror `algos.impala.IMPALAConfig` and `algos.appo.APPOConfig`; both use PPO's actor
-policy, since the three share one actor-critic network.
+The fields are `algos.impala.IMPALAConfig` and `algos.appo.APPOConfig` as plan fields, with
+bounds and one line of doc each: reading the dataclasses here would import torch, which listing
+plugins and validating a plan never do, so tests/test_algo_defaults.py holds the names, defaults
+and types equal instead. Both use PPO's actor policy, since the three share one actor-critic
+network.
 """
 
 from __future__ import annotations
