@@ -21,7 +21,7 @@ class GnsProbe:
         self.every = int(cfg["every"])
         self.samples = int(cfg["samples"])
         self.slices = int(cfg["slices"])
-        self.before = cfg.get("at", "before") == "before"
+        self.before = cfg["at"] == "before"
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:
         # Where the update started: after it, the batch's own gradient is near zero by

@@ -165,8 +165,8 @@ PLUGINS = [
     Plugin("critical_batch", "scaler", "plugins.scalers:CriticalBatchScaler",
            "N = sqrt(B_noise c_round / c_sample) / samples per actor: the round size that "
            "buys progress cheapest (gradient noise scale and the round estimate's prices).",
-           config={"smoothing": Field("float", 0.7, "EMA factor of |G|^2 and tr(Sigma) "
-                                      "across rounds.", min=0, max=0.99)},
+           config={"smoothing": Field("float", 0.7, "EMA factor of the squared gradient "
+                                      "norm and tr(Sigma) across rounds.", min=0, max=0.99)},
            validator=ADAPTIVE),
     Plugin("gns", "scaler", "plugins.scalers:GnsScaler",
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
