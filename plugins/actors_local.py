@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
+from kernel.schema import defaults
 from kernel.workers import HandlerError, WorkerFailed, WorkerPool, default_worker_count
 from plugins.actor_contract import (
     ENV_MODULES_VAR,
@@ -23,6 +24,7 @@ from plugins.actor_contract import (
     plan_env_modules,
     refusal_reason,
 )
+from plugins.descriptors.core import LOCAL_CONFIG
 
 log = structlog.get_logger("plugins.actors_local")
 
@@ -33,17 +35,19 @@ PRELOAD = ("numpy", "torch", "gymnasium", "envs", "algos.policy", "plugins.handl
 
 class LocalBackend:
     def __init__(self, ctx: PluginContext):
-        cfg = ctx.config
+        # A plan's section arrives validated; a hand-made one (a test) is completed from the
+        # descriptor's own defaults, not from a second copy of them here.
+        cfg = {**defaults(LOCAL_CONFIG), **ctx.config}
         self.transport = ctx.transport
         self.env_modules = plan_env_modules(ctx.plan.get("env", {}))
         self.workers = cfg["workers"] or default_worker_count()
-        self.timeout_s = float(cfg.get("timeout_s") or cfg["deadline_s"])
-        self.retries = int(cfg.get("retries", 1))
-        self.memory_mb = int(cfg.get("memory_mb", 1769))
-        self.simulate = bool(cfg.get("simulate", False))
-        self.handler = str(cfg.get("handler") or HANDLER)
-        self.invoke_latency_s = float(cfg.get("sim_invoke_latency_s", 0.03))
-        self.cold_start_s = float(cfg.get("sim_cold_start_s", 1.0))
+        self.timeout_s = float(cfg["timeout_s"] or cfg["deadline_s"])
+        self.retries = int(cfg["retries"])
+        self.memory_mb = int(cfg["memory_mb"])
+        self.simulate = bool(cfg["simulate"])
+        self.handler = str(cfg["handler"] or HANDLER)
+        self.invoke_latency_s = float(cfg["sim_invoke_latency_s"])
+        self.cold_start_s = float(cfg["sim_cold_start_s"])
         self._sim_warm_pool = 0
         self._inline = self.transport.public_spec().get("kind") == "inline"
         self.pool: WorkerPool | None = None
