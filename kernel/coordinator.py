@@ -213,6 +213,7 @@ class Coordinator:
             cost_usd=s.cost_usd, sim_time_s=s.sim_time_s,
             learner_busy=learner_s / round_s if round_s > 0 else 0.0,
             actor_idle_s=actor_idle_s, probes=finite(probe_values), metrics=finite(metrics),
+            trained_fraction=self.intake.last_trained_fraction,
         ))
         return record
 

@@ -481,6 +481,9 @@ class Engine:
             "duplicate_batches": c.duplicate_batches,
             "lost_batches": c.lost_batches,
             "invocations_cancelled": c.invocations_cancelled,
+            "sampled_env_steps": c.sampled_env_steps,
+            "trained_env_steps": c.trained_env_steps,
+            "trained_fraction": c.trained_fraction(),
             "dropped_events": dropped,
             **_extra_counters(self._roles),
         }

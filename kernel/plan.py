@@ -26,7 +26,8 @@ RUN = {
     "device": Field("str", "auto", "torch device of the learner: auto, cpu, cuda, cuda:N."),
     "torch_threads": Field(
         "int", 0, "CPU threads of the learner's torch (0: 1 for vector observations, where "
-        "small minibatches lose to threading overhead; every core for pixels).", min=0),
+        "small minibatches lose to threading overhead; for pixels the cores local actor "
+        "workers leave, at least 1, and every core with remote actors).", min=0),
     "log_level": Field("str", "info", "Terminal log level.", choices=("debug", "info", "warning")),
     "mode": Field(
         "str", "sync",
