@@ -8,12 +8,15 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import ROOT, RedisServer, free_port, run_cli
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 LAMBDA_PLAN = str(ROOT / "plans" / "cartpole-lambda-local.toml")
 
 
+@pytest.mark.redis
 def test_a_lambda_plan_with_no_endpoint_fails_in_seconds_with_the_hint(
         redis_server: RedisServer, tmp_path: Path) -> None:
     out = tmp_path / "run"
