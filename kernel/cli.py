@@ -1,7 +1,9 @@
 """``python -m kernel`` / ``nitro``: run, validate and list.
 
-Exit codes: 0 done, 1 a plugin failed (named on stderr), 2 a bad plan or bad arguments
-(one message naming the key path, never a traceback), 130 interrupted before the summary.
+Exit codes: 0 done, 1 a plugin failed (named on stderr) or the run trained nothing or stopped
+because its actors kept failing, 2 a bad plan, bad arguments, an unreachable platform or a run
+directory that refuses the run (one message, never a traceback), 130 stopped by a signal
+(SIGINT or SIGTERM; the summary is written, during start-up too).
 """
 
 from __future__ import annotations
