@@ -130,6 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except PluginError as exc:
         sys.stderr.write(f"nitro: {exc}\n")
         return EXIT_BAD_PLAN
+    except KeyboardInterrupt:  # Ctrl-C before the run's own handlers (reading the plan)
+        sys.stderr.write("nitro: interrupted\n")
+        return 130
 
 
 def _validate(args: argparse.Namespace) -> int:

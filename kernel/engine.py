@@ -157,10 +157,15 @@ class Engine:
         try:
             await self._build()
         except BaseException as exc:
-            await self._close_plugins()
+            # Summary first, then the plugins closed to the end: a second signal while they
+            # close (a worker pool takes a moment) must neither lose the summary nor orphan
+            # worker processes.
             if isinstance(exc, asyncio.CancelledError) and self._journal is not None:
                 self._stopped_in_start_up()
-            self._close_files()
+            try:
+                await _shielded(self._close_plugins())
+            finally:
+                self._close_files()
             raise
         return self
 

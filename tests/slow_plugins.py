@@ -5,7 +5,9 @@ when to send its signal, then blocks for ``NITRO_SLOW_SECONDS`` (default 5):
 
 - ``slow_state`` (scaler): the fixed scaler whose ``state()`` is slow — the final checkpoint,
   which saves it, then takes that long;
-- ``slow_start`` (scaler): the fixed scaler whose ``start`` awaits that long — start-up does.
+- ``slow_start`` (scaler): the fixed scaler whose ``start`` awaits that long — start-up does;
+- ``slow_close`` (probe): measures nothing, and its ``close`` awaits that long, writing
+  ``NITRO_SLOW_MARKER`` + ``.closing`` first — closing the started plugins does.
 """
 
 from __future__ import annotations
@@ -36,7 +38,20 @@ class SlowStartScaler(FixedScaler):
         await asyncio.sleep(_begin())
 
 
+class SlowCloseProbe:
+    def __init__(self, ctx: Any):
+        pass
+
+    def measure(self, ctx: Any) -> dict[str, float]:
+        return {}
+
+    async def close(self) -> None:
+        Path(os.environ["NITRO_SLOW_MARKER"] + ".closing").write_text(str(os.getpid()))
+        await asyncio.sleep(float(os.environ.get("NITRO_SLOW_SECONDS", "5")) / 60)
+
+
 PLUGINS = [
     Plugin("slow_state", "scaler", SlowStateScaler, "Fixed, with a slow state() (tests)."),
     Plugin("slow_start", "scaler", SlowStartScaler, "Fixed, with a slow start (tests)."),
+    Plugin("slow_close", "probe", SlowCloseProbe, "Nothing, closed slowly (tests)."),
 ]

@@ -37,13 +37,15 @@ def _site(tmp_path: Path) -> Path:
     return site
 
 
-def _start(tmp_path: Path, scaler: str, seconds: float) -> tuple[subprocess.Popen[str], Path]:
+def _start(tmp_path: Path, scaler: str, seconds: float,
+           *sets: str) -> tuple[subprocess.Popen[str], Path]:
     out, marker = tmp_path / "run", tmp_path / "slow.marker"
     env = {**os.environ, "PYTHONPATH": f"{_site(tmp_path)}{os.pathsep}{ROOT}",
            "NITRO_SLOW_MARKER": str(marker), "NITRO_SLOW_SECONDS": str(seconds)}
+    extra = [arg for item in sets for arg in ("--set", item)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "kernel", "run", CARTPOLE, "--out", str(out), *TINY,
-         "--set", f"scaler.name={scaler}"],
+         "--set", f"scaler.name={scaler}", *extra],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     return proc, marker
 
@@ -113,4 +115,25 @@ def test_a_signal_during_start_up_ends_the_run_promptly_with_a_summary(
     summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == f"signal {sig.name}"
     assert summary["rounds"] == 0 and summary["env_steps"] == 0
+    assert _events(out)[-1]["event"] == "RunStopped"
+
+
+def test_a_second_signal_while_start_up_is_undone_still_leaves_the_summary(
+        tmp_path: Path) -> None:
+    # The scaler's start waits; the probe started before it closes slowly (2 s).
+    proc, marker = _start(tmp_path, "slow_start", 120, 'probes=[{name = "slow_close"}]')
+    out, closing = tmp_path / "run", Path(f"{marker}.closing")
+    try:
+        _wait_for(marker.exists, proc)
+        proc.send_signal(signal.SIGTERM)
+        _wait_for(closing.exists, proc)  # the started plugins are being closed
+        proc.send_signal(signal.SIGINT)
+        stderr = _finish(proc, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["stop_reason"] == "signal SIGTERM" and summary["rounds"] == 0
     assert _events(out)[-1]["event"] == "RunStopped"
