@@ -611,6 +611,7 @@ def _check_sink_paths(plan: dict[str, Any], run_dir: Path) -> None:
 
 
 def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Key paths to values; ``env.kwargs`` stays one value (gymnasium takes it whole)."""
     out: dict[str, Any] = {}
     for key, value in table.items():
         if isinstance(value, Mapping) and key != "kwargs":
