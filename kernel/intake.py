@@ -87,6 +87,10 @@ class Intake:
         #: Request ids whose batch may still come (launched, not failed, not yet accepted),
         #: mapped to whether the platform only accepted the call (its actor reports later).
         self.pending: dict[str, bool] = {}
+        #: The weights version each pending invocation was sent: a batch is that invocation's
+        #: own only if it carries the same one (anyone who can write to the transport can
+        #: forge a request id, and must not cost the round its honest batch).
+        self._versions: dict[str, int] = {}
         #: Receipts of invocations finished since the last drain.
         self.receipts: list[Receipt] = []
         #: Seconds from launch to return of successful invocations since the last drain.
@@ -144,6 +148,7 @@ class Intake:
             task = asyncio.create_task(self._invoke(inv), name=inv.request_id)
             self.tasks[task] = (inv, time.monotonic())
             self.pending[inv.request_id] = False
+            self._versions[inv.request_id] = version
             self.state.counters.invocations += 1
             task.add_done_callback(self._done)
             started += 1
@@ -197,6 +202,7 @@ class Intake:
                 self.pending[inv.request_id] = receipt.accepted_only
         else:
             self.pending.pop(inv.request_id, None)
+            self._versions.pop(inv.request_id, None)
             self.consecutive_failures += 1
         if self.on_done is not None and not self.closing:
             self.on_done(receipt.ok)
@@ -211,6 +217,7 @@ class Intake:
         for task, inv, started in chosen:
             task.cancel()
             self.pending.pop(inv.request_id, None)
+            self._versions.pop(inv.request_id, None)
             receipts.append(Receipt(request_id=inv.request_id, ok=False, version=inv.version,
                                     duration_ms=(now - started) * 1000, error="cancelled",
                                     cancelled=True))
@@ -311,6 +318,7 @@ class Intake:
         self.state.counters.lost_batches += len(self.pending)
         log.warning("batches_lost", round=number, lost=len(self.pending))
         self.pending.clear()
+        self._versions.clear()
         return math.inf
 
     async def settle(self, gathered: Gathered, wait_s: float = 5.0) -> list[Receipt]:
@@ -380,10 +388,11 @@ class Intake:
             return
         if body["run_id"] == self.run_id:
             self._count_sampled(int(body["env_steps"]))
-        if body["run_id"] != self.run_id or rid not in self.pending or \
-                not version - max_lag <= got_version <= version:
+        own = body["run_id"] == self.run_id and self._versions.get(rid) == got_version
+        if not own or rid not in self.pending or not version - max_lag <= got_version <= version:
             s.counters.stale_batches += 1
-            self._settle(rid)
+            if own:  # too old, but it is that invocation's batch: nothing more will come
+                self._settle(rid)
             self.publish(ev.BatchDropped(round=number, request_id=rid, version=got_version,
                                          reason="stale"))
             return
@@ -400,6 +409,7 @@ class Intake:
 
     def _settle(self, rid: str) -> None:
         """The batch of ``rid`` was read: its invocation is no longer outstanding."""
+        self._versions.pop(rid, None)
         if self.pending.pop(rid, None) is not None and self.on_settled is not None \
                 and not self.closing:
             self.on_settled()

@@ -79,6 +79,7 @@ def test_acceptance_counts_and_never_raises(changes: dict[str, Any]) -> None:
     intake = Intake({"actors": {"deadline_s": 1.0}}, "run-1", _Roles(), state, published.append,
                     asyncio.Event())
     intake.pending["run-1-r1-v1-a0"] = False
+    intake._versions["run-1-r1-v1-a0"] = 1
     payload = codec.encode("batch", body(**changes))
     batches: dict[str, Any] = {}
     asyncio.run(intake.accept(1, 1, ("m-1", payload), batches, ids := [], max_lag=0))
@@ -101,6 +102,7 @@ def test_wrong_version_run_or_request_is_dropped_as_stale(changes: dict[str, Any
     intake = Intake({"actors": {"deadline_s": 1.0}}, "run-1", _Roles(), state, lambda e: None,
                     asyncio.Event())
     intake.pending["run-1-r1-v1-a0"] = False
+    intake._versions["run-1-r1-v1-a0"] = 1
     batches: dict[str, Any] = {}
     asyncio.run(intake.accept(1, 1, ("m", codec.encode("batch", body(**changes))), batches, [],
                               max_lag=0))

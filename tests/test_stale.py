@@ -104,10 +104,6 @@ def test_a_batch_with_an_old_version_or_another_run_id_is_dropped_and_counted(
 
 
 @pytest.mark.redis
-@pytest.mark.xfail(strict=True, reason=(
-    "kernel/intake.py Intake.accept settles the pending request id of a batch it drops as "
-    "stale even when the batch is forged (another run id, or a version other than the one "
-    "the invocation was launched with), so the honest batch of that id is dropped too"))
 def test_a_forged_batch_does_not_cost_the_round_its_honest_batch(
         forged_run: tuple[dict, list, dict]) -> None:
     summary, events, forged = forged_run
