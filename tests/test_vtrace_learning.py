@@ -20,7 +20,6 @@ PLAN = Path(__file__).resolve().parent.parent / "plans" / "cartpole-impala.toml"
 def run(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     base = {
         "stop.max_env_steps": 150_000,
-        "stop.max_wall_s": 55.0,
         "actors.workers": 1,
         "checkpoint.enabled": False,
         "sinks": [],
@@ -29,6 +28,7 @@ def run(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     return asyncio.run(engine.run())
 
 
+@pytest.mark.slow  # trains to a target return: minutes on 2 cores
 @pytest.mark.parametrize(
     "algo",
     [{"algo.name": "impala"}, {"algo.name": "appo", "algo.update_epochs": 4}],
