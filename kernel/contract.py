@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from kernel.roles import Unreachable
 
@@ -154,6 +154,13 @@ class Roles:
 
 
 class Named(Protocol):
+    kind: str
+    name: str
+
+
+class PluginName(NamedTuple):
+    """A plugin not built yet (its factory may raise), named for ``blame``."""
+
     kind: str
     name: str
 

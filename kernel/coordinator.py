@@ -282,8 +282,22 @@ class Coordinator:
             if s.best_eval_return is None or eval_return > s.best_eval_return:
                 s.best_eval_return = eval_return
 
-    async def close(self) -> list[Receipt]:
-        return await self.intake.close()
+    async def close(self) -> None:
+        """Give up on what is still in flight, and charge it: on AWS those invocations run
+        on, billed, until they end or time out."""
+        receipts = await self.intake.close()
+        if not receipts:
+            return
+        s = self.state
+        record = RoundRecord(round=s.round, actors=0, env_steps=0, batches=0, round_s=0.0,
+                             learner_s=0.0, probe_s=0.0, actor_durations_ms=[], cold_starts=0,
+                             eval_return=None, episode_return_mean=None, probes={})
+        with blame(self.roles.cost):
+            items = self.roles.cost.charge(record, receipts)
+        usd = float(sum(items.values()))
+        s.cost_usd += usd
+        self.publish(ev.CostCharged(round=s.round, items=items, round_usd=usd,
+                                    total_usd=s.cost_usd))
 
 
 def _concat(batches: list[Batch], key: str, dtype: Any) -> np.ndarray:

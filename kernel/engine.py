@@ -19,49 +19,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
-import json
 import os
-import secrets
-import shutil
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import structlog
-import tomli_w
 
-from kernel import checkpoint, logs
+from kernel import checkpoint, logs, rundir, tasks
 from kernel import events as ev
 from kernel.bus import Bus, Policy
-from kernel.contract import Bound, PluginCrashed, ProbeSlot, Roles, blame
+from kernel.contract import Bound, PluginCrashed, PluginName, ProbeSlot, Roles, blame
 from kernel.coordinator import Coordinator
-from kernel.jsonsafe import drop_none, json_safe
 from kernel.overlapped import OverlappedRounds
 from kernel.plan import apply_overrides, load_plan, read_toml
 from kernel.registry import Registry, default_registry
-from kernel.roles import PluginContext, RoundRecord
-from kernel.run_state import RunState, StopRules
-from kernel.schema import PlanError, describe
+from kernel.roles import PluginContext
+from kernel.run_state import RunState, StopRules, summary_of
+from kernel.schema import PlanError
 
 log = structlog.get_logger("kernel.engine")
 
 #: Order in which roles start; they close in reverse.
 START_ORDER = ("transport", "actors", "algo", "probe", "scaler", "cost", "sink")
-
-#: What a run writes into its directory; ``force`` clears these (and only these) before a new
-#: run takes over a directory, so no old checkpoint can be resumed as if it were the new run's.
-RUN_FILES = ("plan.toml", "events.jsonl", "log.jsonl", "summary.json")
-#: Plan keys a resume may not change: they fix what the checkpoint's model sees and computes
-#: (the env and so its observation and action spaces, the algorithm, the network's shape).
-#: ``env.num_envs`` is free: envs per actor change the batch, not the model.
-FIXED_ON_RESUME = ("env.", "algo.name", "algo.hidden_sizes", "algo.activation")
-FREE_ON_RESUME = ("env.num_envs",)
-#: Sink keys that name a file or folder in the run directory.
-SINK_PATH_KEYS = ("path", "dir")
-
 
 class Engine:
     def __init__(
@@ -79,13 +61,13 @@ class Engine:
         self.registry = registry or default_registry()
         self.bus = Bus()
         # A resumed run keeps its id, so its Redis stream and weights are found again.
-        self.run_id = resume["run_id"] if resume else _run_id(plan["run"]["name"])
+        self.run_id = resume["run_id"] if resume else rundir.new_run_id(plan["run"]["name"])
         if resume is not None:
             self.run_dir = Path(out_dir or ".")
         else:
-            self.run_dir = _new_run_dir(plan, out_dir, force)
+            self.run_dir = rundir.new_run_dir(plan, out_dir, force)
         self._force = force and resume is None
-        _check_sink_paths(plan, self.run_dir)
+        rundir.check_sink_paths(plan, self.run_dir)
         self.state = RunState(actors_next=plan["actors"]["count"])
         self.stop_requested = asyncio.Event()
         self.stop_reason: str | None = None
@@ -100,12 +82,12 @@ class Engine:
         self._started: list[Bound] = []
         self._roles: Roles | None = None
         self._sinks: list[Bound] = []
-        self._journal: Any = None
+        self.files = rundir.RunFiles(self.run_dir, self.run_id)
         self._entered = False
         self._readers = 0
         self._t_start = time.perf_counter()
         self._wall_before = 0.0
-        self._first_errors: set[tuple[str, str]] = set()
+        self.first_errors = logs.FirstErrors()
 
     @classmethod
     def from_plan(
@@ -138,7 +120,7 @@ class Engine:
         saved = read_toml(run_dir / "plan.toml")
         changed = copy.deepcopy(saved)
         apply_overrides(changed, overrides)
-        _check_resume_fits(saved, changed)
+        rundir.check_resume_fits(saved, changed)
         plan = load_plan(run_dir / "plan.toml", overrides, registry)
         return cls(plan, out_dir=run_dir, registry=registry, resume=body)
 
@@ -150,7 +132,7 @@ class Engine:
         structlog.contextvars.bind_contextvars(run_id=self.run_id)
         self._t_start = time.perf_counter()
         if self._resume is None:
-            self._open_run_files()
+            self.files.open(self.plan, force=self._force, append=self._resume is not None)
         # A resumed run's directory is left as it is until its checkpoint is restored: a
         # resume that does not fit must leave the run resumable.
         self._entered = True
@@ -160,26 +142,14 @@ class Engine:
             # Summary first, then the plugins closed to the end: a second signal while they
             # close (a worker pool takes a moment) must neither lose the summary nor orphan
             # worker processes.
-            if isinstance(exc, asyncio.CancelledError) and self._journal is not None:
+            if isinstance(exc, asyncio.CancelledError) and self.files.is_open:
                 self._stopped_in_start_up()
             try:
-                await _shielded(self._close_plugins())
+                await tasks.shielded(self._close_plugins())
             finally:
-                self._close_files()
+                self.files.close()
             raise
         return self
-
-    def _open_run_files(self) -> None:
-        """The run log, the event journal and the resolved plan, in the run directory."""
-        if self._force:
-            _clear_previous_run(self.run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        logs.open_run_log(self.run_id, self.run_dir / "log.jsonl")
-        mode = "a" if self._resume is not None else "w"
-        # Line-buffered: whoever tails the journal (a dashboard, a test) sees each event at once.
-        self._journal = (self.run_dir / "events.jsonl").open(mode, encoding="utf-8", buffering=1)
-        _write_atomic(self.run_dir / "plan.toml",
-                      tomli_w.dumps(drop_none(logs.redact(self.plan))))
 
     def _stopped_in_start_up(self) -> None:
         """A signal during start-up (plugins starting, a preflight waiting) still leaves a
@@ -195,7 +165,7 @@ class Engine:
 
     async def __aexit__(self, *exc_info: Any) -> None:
         await self._close_plugins()
-        self._close_files()
+        self.files.close()
 
     async def _build(self) -> None:
         plan = self.plan
@@ -233,7 +203,7 @@ class Engine:
                 await role.preflight()
         if self._resume is not None:
             await self._restore_or_refuse(learner)
-            self._open_run_files()
+            self.files.open(self.plan, force=self._force, append=self._resume is not None)
             log.info("run_resumed", round=self.state.round, env_steps=self.state.env_steps)
         # Sinks start last: nothing writes into the run directory before the run can start.
         for item in plan["sinks"]:
@@ -260,7 +230,7 @@ class Engine:
             run_dir=self.run_dir, seed=self.plan["run"]["seed"], bus=self.bus,
             transport=transport,
         )
-        with blame(_Naming(kind, name)):  # a factory that raises is named too
+        with blame(PluginName(kind, name)):  # a factory that raises is named too
             factory = plugin.load()
             instance = await asyncio.to_thread(factory, ctx) if in_thread else factory(ctx)
         bound = Bound(kind, name, instance)  # a missing method fails here, before round 1
@@ -282,38 +252,13 @@ class Engine:
                 log.warning("plugin_close_failed", kind=bound.kind, plugin=bound.name,
                             error=repr(exc))
 
-    def _close_files(self) -> None:
-        if self._journal is not None:
-            self._journal.close()
-            self._journal = None
-        logs.close_run_log(self.run_id)
-
     # -- events ------------------------------------------------------------------------------
 
     def publish(self, event: ev.Event) -> None:
         """Journal the event (``events.jsonl`` is complete by contract), then fan it out."""
-        if self._journal is not None:
-            self._journal.write(json.dumps(json_safe(event.to_dict())) + "\n")
-        self._print_first_error(event)
+        self.files.journal(event)
+        self.first_errors.note(event)
         self.bus.publish(event)
-
-    def _print_first_error(self, event: ev.Event) -> None:
-        """The first failure of each kind goes to the terminal, not only to the journal: a run
-        whose every invocation fails the same way says why once, not a thousand times."""
-        if isinstance(event, ev.InvocationFinished) and not event.ok:
-            error = event.error or "unknown error"
-            key = ("invocation_error", error.split(":", 1)[0].strip())
-            fields = {"request_id": event.request_id, "error": error[:500]}
-        elif isinstance(event, ev.BatchDropped):
-            key = ("batch_dropped", event.reason)
-            fields = {"request_id": event.request_id, "version": event.version}
-        else:
-            return
-        if key in self._first_errors:
-            return
-        self._first_errors.add(key)
-        log.warning(f"first_{key[0]}", kind=key[1], round=event.round, **fields,
-                    later="counted in summary.json, not printed")
 
     async def events(
         self, *, maxsize: int = 4096, policy: Policy = "drop_oldest",
@@ -360,7 +305,7 @@ class Engine:
         try:
             async with asyncio.TaskGroup() as tg:
                 for sink, sub in sink_subs:
-                    tg.create_task(_drain(sink, sub), name=f"sink-{sink.name}")
+                    tg.create_task(tasks.drain_into(sink, sub), name=f"sink-{sink.name}")
                 try:
                     reason = await self._loop(coordinator, rounds, rules)
                 except PluginCrashed as exc:
@@ -374,10 +319,10 @@ class Engine:
                     reason = "cancelled"
                     raise
                 finally:
-                    await _shielded(self._on_stop(reason, coordinator))
+                    await tasks.shielded(self._on_stop(reason, coordinator))
                     self.bus.close()
         except BaseExceptionGroup as group:
-            crashed = _first(group, PluginCrashed)
+            crashed = tasks.first_of(group, PluginCrashed)
             if crashed is not None:
                 raise crashed from None
             raise
@@ -422,7 +367,7 @@ class Engine:
             reason = self.stop_reason if reason == "requested" else reason
         failed = reason.startswith("error")
         try:
-            await self._charge_cancelled(await coordinator.close())
+            await coordinator.close()
             if not failed and reason != "cancelled":
                 await coordinator.evaluate_at_stop()
         except Exception as exc:  # the summary must still be written
@@ -440,197 +385,12 @@ class Engine:
                  best_eval_return=s.best_eval_return, wall_s=round(self.wall_s(), 2))
 
     def _write_summary(self, reason: str) -> None:
-        self.summary = self._summary(reason)
-        _write_atomic(self.run_dir / "summary.json",
-                      json.dumps(json_safe(self.summary), indent=2) + "\n")
-
-    async def _charge_cancelled(self, receipts: list[Any]) -> None:
-        """Invocations given up on at the end keep running on AWS, and AWS bills them."""
-        if not receipts or self._roles is None:
-            return
-        s = self.state
-        record = RoundRecord(round=s.round, actors=0, env_steps=0, batches=0, round_s=0.0,
-                             learner_s=0.0, probe_s=0.0, actor_durations_ms=[], cold_starts=0,
-                             eval_return=None, episode_return_mean=None, probes={})
-        with blame(self._roles.cost):
-            items = self._roles.cost.charge(record, receipts)
-        usd = float(sum(items.values()))
-        s.cost_usd += usd
-        self.publish(ev.CostCharged(round=s.round, items=items, round_usd=usd,
-                                    total_usd=s.cost_usd))
-
-    def _summary(self, reason: str) -> dict[str, Any]:
-        s, c = self.state, self.state.counters
         dropped = sum(st.dropped for st in self.bus.statistics().values())
-        return {
-            "run_id": self.run_id,
-            "name": self.plan["run"]["name"],
-            "stop_reason": reason,
-            "rounds": s.round,
-            "env_steps": s.env_steps,
-            "best_eval_return": s.best_eval_return,
-            "final_eval_return": s.final_eval_return,
-            "wall_s": self.wall_s(),
-            "sim_time_s": s.sim_time_s,
-            "cost_usd": s.cost_usd,
-            "actors_per_round": s.actors_per_round,
-            "invocations": c.invocations,
-            "invocation_errors": c.invocation_errors,
-            "invocation_timeouts": c.invocation_timeouts,
-            "throttles": c.throttles,
-            "retries": c.retries,
-            "cold_starts": c.cold_starts,
-            "rejected_payloads": c.rejected_payloads,
-            "rejected_reasons": c.rejected_reasons,
-            "stale_batches": c.stale_batches,
-            "duplicate_batches": c.duplicate_batches,
-            "lost_batches": c.lost_batches,
-            "invocations_cancelled": c.invocations_cancelled,
-            "sampled_env_steps": c.sampled_env_steps,
-            "trained_env_steps": c.trained_env_steps,
-            "trained_fraction": c.trained_fraction(),
-            "dropped_events": dropped,
-            **_extra_counters(self._roles),
-        }
-
-
-async def _drain(sink: Bound, sub: Any) -> None:
-    """Feed one sink from its queue; a failing sink is logged and unsubscribed, not fatal."""
-    try:
-        async for event in sub:
-            try:
-                await sink.handle(event)
-            except Exception as exc:
-                log.error("sink_failed", sink=sink.name, error=repr(exc))
-                return
-    finally:
-        with contextlib.suppress(Exception):
-            result = sink.flush()
-            if asyncio.iscoroutine(result):
-                await result
-
-
-async def _shielded(stop: Any) -> None:
-    """Run the stop path to its end even if the run is cancelled meanwhile (a second Ctrl-C):
-    the summary and the final checkpoint are what the user keeps. The cancellation is
-    passed on once they are written."""
-    task = asyncio.ensure_future(stop)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            cancelled = True
-    task.result()
-    if cancelled:
-        raise asyncio.CancelledError
-
-
-def _extra_counters(roles: Roles | None) -> dict[str, Any]:
-    """Counters that plugins keep themselves, merged into the summary."""
-    if roles is None:
-        return {}
-    out: dict[str, Any] = {}
-    for role in (roles.actors, roles.transport):
-        with contextlib.suppress(Exception):
-            out.update(role.counters() or {})
-    return out
-
-
-class _Naming(NamedTuple):
-    kind: str
-    name: str
-
-
-def _first(group: BaseExceptionGroup, kind: type[BaseException]) -> Any:
-    for exc in group.exceptions:
-        if isinstance(exc, kind):
-            return exc
-        if isinstance(exc, BaseExceptionGroup):
-            found = _first(exc, kind)
-            if found is not None:
-                return found
-    return None
-
-
-def _run_id(name: str) -> str:
-    safe = "".join(ch if ch.isalnum() or ch in "-_" else "-" for ch in name)[:40]
-    return f"{safe}-{secrets.token_hex(4)}"
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    """A reader (or a resume after a crash) sees the old file or the new one, never half."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(path)
-
-
-def _new_run_dir(plan: dict[str, Any], out_dir: str | os.PathLike[str] | None,
-                 force: bool) -> Path:
-    """The directory of a new run. A chosen one must be new or empty unless ``force``: a run
-    written over another would mix their journals and leave the old checkpoints resumable.
-    The default one is made unique (two runs started in the same second)."""
-    if out_dir is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-        base = Path(plan["run"]["out_dir"]) / f"{plan['run']['name']}-{stamp}"
-        path, n = base, 1
-        while path.exists():
-            n += 1
-            path = base.with_name(f"{base.name}-{n}")
-        return path
-    path = Path(out_dir)
-    if path.exists() and not path.is_dir():
-        raise PlanError("--out", "a directory", str(path), note="a file is in the way")
-    if not force and path.is_dir() and any(path.iterdir()):
-        raise PlanError("--out", "a new or empty directory", str(path),
-                        note="not empty: --force starts a new run there, deleting its "
-                             "checkpoints, journal and summary")
-    return path
-
-
-def _clear_previous_run(run_dir: Path) -> None:
-    """``force``: the files of a run found in ``run_dir`` go; anything else stays."""
-    for name in RUN_FILES:
-        (run_dir / name).unlink(missing_ok=True)
-    shutil.rmtree(run_dir / "checkpoints", ignore_errors=True)
-
-
-def _check_sink_paths(plan: dict[str, Any], run_dir: Path) -> None:
-    """A sink's file or folder is named relative to the run directory and stays inside it."""
-    root = run_dir.resolve()
-    for i, item in enumerate(plan["sinks"]):
-        for key in SINK_PATH_KEYS:
-            value = item.get(key)
-            if not isinstance(value, str):
-                continue
-            target = (root / value).resolve()
-            if Path(value).is_absolute() or not value or not target.is_relative_to(root) \
-                    or target == root:
-                raise PlanError(f"sinks[{i}].{key}", "a relative path inside the run directory",
-                                value)
-
-
-def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Key paths to values; ``env.kwargs`` stays one value (gymnasium takes it whole)."""
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        if isinstance(value, Mapping) and key != "kwargs":
-            out.update(_flat(value, f"{prefix}{key}."))
-        else:
-            out[f"{prefix}{key}"] = value
-    return out
-
-
-def _check_resume_fits(saved: dict[str, Any], plan: dict[str, Any]) -> None:
-    """Refuse overrides that change what the checkpoint's model was trained on or for."""
-    before = _flat({"env": saved.get("env", {}), "algo": saved.get("algo", {})})
-    after = _flat({"env": plan.get("env", {}), "algo": plan.get("algo", {})})
-    for key in sorted(set(before) | set(after)):
-        if before.get(key) == after.get(key) or key in FREE_ON_RESUME:
-            continue
-        if any(key == fixed or (fixed.endswith(".") and key.startswith(fixed))
-               for fixed in FIXED_ON_RESUME):
-            raise PlanError(
-                key, f"the checkpoint's value {describe(before.get(key))}", after.get(key),
-                note="a resume continues the same env, spaces and algorithm; start a new run "
-                     "to change it")
+        extra: dict[str, Any] = {}
+        for role in (self._roles.actors, self._roles.transport) if self._roles else ():
+            with contextlib.suppress(Exception):  # a plugin's own counters, if it keeps any
+                extra.update(role.counters() or {})
+        self.summary = summary_of(self.state, run_id=self.run_id, name=self.plan["run"]["name"],
+                                  reason=reason, wall_s=self.wall_s(), dropped_events=dropped,
+                                  extra=extra)
+        self.files.write_summary(self.summary)

@@ -7,11 +7,9 @@ a duplicate, a batch of another run or of a version too old, an invocation that 
 that never arrives. Each is counted with its reason, and nothing in acceptance can raise out of
 a round.
 
-Sync rounds launch N invocations and gather until N batches are in; overlapped rounds launch
-ahead and gather what they launched earlier. Both use the same gather loop and the same rule
-for a lost batch: once every invocation in flight has returned saying it pushed, a batch still
-missing ``LOST_BATCH_GRACE_S`` later was lost on the way (a Redis restart, say) and is not
-waited for until the deadline.
+Sync rounds gather what they launch; overlapped ones what they launched earlier. One gather
+loop, one rule for a lost batch: once every invocation has returned saying it pushed, a batch
+still missing ``LOST_BATCH_GRACE_S`` later was lost on the way (a Redis restart, say).
 """
 
 from __future__ import annotations
@@ -26,11 +24,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import structlog
 
 from kernel import codec
 from kernel import events as ev
+from kernel.acceptance import check_envelope
 from kernel.roles import Batch, Invocation, InvocationFailed, Receipt
 from kernel.run_state import RunState
 
@@ -38,18 +36,6 @@ log = structlog.get_logger("kernel.intake")
 
 #: How long to wait for batches whose actors have all returned saying they pushed.
 LOST_BATCH_GRACE_S = 5.0
-#: Ceiling on any duration an actor reports: AWS Lambda's longest function timeout.
-MAX_INVOCATION_MS = 900_000.0
-#: Ceiling on the env steps one batch may claim (the learner checks the exact T x E).
-MAX_BATCH_ENV_STEPS = 1 << 31
-
-
-class BatchRejected(ValueError):
-    """A batch field that is missing, of the wrong type, or out of range."""
-
-    def __init__(self, reason: str, detail: str):
-        super().__init__(detail)
-        self.reason = reason
 
 
 @dataclass
@@ -100,8 +86,7 @@ class Intake:
         self.closing = False
         #: Called with each finished invocation's success (async mode tops its fleet up).
         self.on_done: Callable[[bool], None] | None = None
-        #: Called when a batch was read and settled (kept or dropped): its invocation no
-        #: longer counts as outstanding (async mode launches the next one then).
+        #: Called when a batch was read (kept or dropped): async mode launches the next then.
         self.on_settled: Callable[[], None] | None = None
         #: The share of sampled env steps the last gather handed to the learner.
         self.last_trained_fraction: float | None = None
@@ -114,10 +99,8 @@ class Intake:
     # -- invocations --------------------------------------------------------------------------
 
     def invocation(self, number: int, version: int, actor_spec: dict[str, Any]) -> Invocation:
-        """The next invocation of round ``number``. Its index (in the request id and the seed)
-        counts up within the round (sync: actor i of round n is always ``a{i}``), or across
-        the run when ``per_round`` is off (overlapped rounds, whose launches do not line up
-        with rounds); either way a seeded run replays its seeds exactly."""
+        """The next invocation of round ``number``; its index (request id, seed) counts within
+        the round, or across the run when ``per_round`` is off: seeded runs replay exactly."""
         key = number if self.per_round else 0
         index = self._indices.get(key, 0 if self.per_round else 1)
         self._indices[key] = index + 1
@@ -125,17 +108,10 @@ class Intake:
             del self._indices[min(self._indices)]
         request_id = f"{self.run_id}-r{number}-v{version}-a{index}"
         seed = zlib.crc32(f"{self.plan['run']['seed']}:{number}:{index}".encode())
-        event = {
-            "run_id": self.run_id,
-            "request_id": request_id,
-            "version": version,
-            "round": number,
-            "seed": seed,
-            "steps": self.plan["actors"]["steps"],
-            "env": self.roles.env_spec,
-            "algo": actor_spec,
-            "transport": self.roles.transport.public_spec(),
-        }
+        event = {"run_id": self.run_id, "request_id": request_id, "version": version,
+                 "round": number, "seed": seed, "steps": self.plan["actors"]["steps"],
+                 "env": self.roles.env_spec, "algo": actor_spec,
+                 "transport": self.roles.transport.public_spec()}
         return Invocation(request_id=request_id, version=version, round=number, event=event)
 
     def launch(self, number: int, version: int, count: int, actor_spec: dict[str, Any]) -> int:
@@ -227,12 +203,10 @@ class Intake:
         self.state.counters.invocations_cancelled += len(receipts)
         return receipts
 
-    def drain_receipts(self) -> list[Receipt]:
-        out, self.receipts = self.receipts, []
-        return out
-
-    def drain_sample_s(self) -> list[float]:
-        out, self.sample_s = self.sample_s, []
+    def drain(self) -> tuple[list[Receipt], list[float]]:
+        """Receipts and sampling times of the invocations finished since the last drain."""
+        out = self.receipts, self.sample_s
+        self.receipts, self.sample_s = [], []
         return out
 
     # -- gathering ----------------------------------------------------------------------------
@@ -332,7 +306,7 @@ class Intake:
         cancelled = await self.cancel()
         timed_out = [r.request_id for r in cancelled if r.request_id not in arrived]
         self.state.counters.invocation_timeouts += len(timed_out)
-        return self.receipts_for(arrived, self.drain_receipts() + cancelled)
+        return self.receipts_for(arrived, self.drain()[0] + cancelled)
 
     def receipts_for(self, arrived: set[str], receipts: list[Receipt]) -> list[Receipt]:
         """Replace the platform's bare receipt of an arrived batch (Event mode's 202, or a
@@ -370,7 +344,7 @@ class Intake:
             # Decoding a large batch takes milliseconds: off the loop, so probes, sinks and
             # other invocations keep being served meanwhile.
             body = await asyncio.to_thread(codec.decode, payload, kind="batch")
-            rid, got_version, inner = self.check(body)
+            rid, got_version, inner = check_envelope(body)
             self.roles.learner.check_batch(body)
         except asyncio.CancelledError:
             raise
@@ -414,41 +388,6 @@ class Intake:
                 and not self.closing:
             self.on_settled()
 
-    @staticmethod
-    def check(body: Batch) -> tuple[str, int, Receipt]:
-        """Type-, range- and consistency-check the envelope of a batch (the learner checks
-        its data); return its request id, version and the receipt it carries."""
-        rid = _field(body, "request_id", str)
-        if not 0 < len(rid) <= 256:
-            raise BatchRejected("invalid_batch", "request_id is empty or too long")
-        _field(body, "run_id", str)
-        version = _count(body, "version", 0, 1 << 62)
-        env_steps = _count(body, "env_steps", 1, MAX_BATCH_ENV_STEPS)
-        returns = _field(body, "episode_returns", np.ndarray)
-        if returns.ndim != 1 or returns.dtype.kind not in "fiu" or returns.size > env_steps \
-                or not np.isfinite(returns).all():
-            raise BatchRejected("invalid_batch", "episode_returns is not a finite vector no "
-                                "longer than env_steps")
-        lengths = body.get("episode_lengths")
-        if lengths is not None and not (
-                isinstance(lengths, np.ndarray) and lengths.shape == returns.shape
-                and lengths.dtype.kind in "iu" and (lengths >= 1).all()):
-            raise BatchRejected("invalid_batch", "episode_lengths does not match the returns")
-        meta = body.get("receipt", {})
-        if not isinstance(meta, dict):
-            raise BatchRejected("invalid_receipt", "receipt is not a table")
-        episodes = _count(meta, "episodes", 0, env_steps, default=0, reason="invalid_receipt")
-        receipt = Receipt(
-            request_id=rid, ok=True, version=version, env_steps=env_steps, episodes=episodes,
-            duration_ms=_ms(meta, "duration_ms"),
-            billed_ms=math.ceil(_ms(meta, "billed_ms") or _ms(meta, "duration_ms")),
-            init_ms=_ms(meta, "init_ms"),
-            cold_start=_field(meta, "cold_start", bool, default=False, reason="invalid_receipt"),
-            bytes_pushed=_count(meta, "bytes_pushed", 0, 1 << 40, default=0,
-                                reason="invalid_receipt"),
-        )
-        return rid, version, receipt
-
     async def close(self) -> list[Receipt]:
         """Cancel what is still in flight (billed as cancelled) and the pending transport read."""
         self.closing = True
@@ -459,29 +398,3 @@ class Intake:
                 await self._batch_task
             self._batch_task = None
         return receipts
-
-
-def _field(table: dict[str, Any], key: str, kind: type, *, default: Any = ...,
-           reason: str = "invalid_batch") -> Any:
-    value = table.get(key, default)
-    if value is ... or not isinstance(value, kind) or (kind is not bool and
-                                                       isinstance(value, bool)):
-        raise BatchRejected(reason, f"{key} is missing or not a {kind.__name__}")
-    return value
-
-
-def _count(table: dict[str, Any], key: str, lo: int, hi: int, *, default: Any = ...,
-           reason: str = "invalid_batch") -> int:
-    value = _field(table, key, int, default=default, reason=reason)
-    if not lo <= value <= hi:
-        raise BatchRejected(reason, f"{key} = {value} is outside [{lo}, {hi}]")
-    return value
-
-
-def _ms(meta: dict[str, Any], key: str) -> float:
-    value = meta.get(key, 0.0)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or \
-            not 0.0 <= float(value) <= MAX_INVOCATION_MS:
-        raise BatchRejected("invalid_receipt", f"receipt {key} = {value!r} is not a duration "
-                            f"in [0, {MAX_INVOCATION_MS:.0f}] ms")
-    return float(value)

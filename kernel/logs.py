@@ -16,6 +16,8 @@ from typing import Any, TextIO
 
 import structlog
 
+from kernel import events as ev
+
 #: ``scheme://userinfo@``: the user info runs to the *last* ``@`` before the path, so a
 #: password with an unencoded ``@`` is covered whole (the way URL parsers read it).
 _URL_USERINFO = re.compile(r"(?P<scheme>[a-zA-Z][a-zA-Z0-9+.-]*://)(?P<userinfo>[^\s/?#]*)@")
@@ -137,3 +139,29 @@ def close_run_log(run_id: str) -> None:
     file = _tee.files.pop(run_id, None)
     if file is not None:
         file.close()
+
+
+class FirstErrors:
+    """The first failure of each kind goes to the terminal, not only to the journal: a run
+    whose every invocation fails the same way says why once, not a thousand times."""
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[str, str]] = set()
+
+    def note(self, event: Any) -> None:
+        """Print ``event`` if it is the first failed invocation or dropped batch of its kind."""
+        if isinstance(event, ev.InvocationFinished) and not event.ok:
+            error = event.error or "unknown error"
+            key = ("invocation_error", error.split(":", 1)[0].strip())
+            fields = {"request_id": event.request_id, "error": error[:500]}
+        elif isinstance(event, ev.BatchDropped):
+            key = ("batch_dropped", event.reason)
+            fields = {"request_id": event.request_id, "version": event.version}
+        else:
+            return
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        structlog.get_logger("kernel.engine").warning(
+            f"first_{key[0]}", kind=key[1], round=event.round, **fields,
+            later="counted in summary.json, not printed")

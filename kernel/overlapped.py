@@ -177,8 +177,8 @@ class OverlappedRounds:
         arrived = {b["request_id"] for b in batches}
         # This round's receipts, taken before the next fan-out: its invocations may finish
         # during the update, and they belong (and are charged) to the next round.
-        receipts = self.intake.receipts_for(arrived, self.intake.drain_receipts())
-        sample_s = self.intake.drain_sample_s()
+        finished, sample_s = self.intake.drain()
+        receipts = self.intake.receipts_for(arrived, finished)
         self._report_lag(number, batches, gathered.stale, gathered.trained_fraction)
 
         n = self.target

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from kernel import codec
-from kernel.intake import BatchRejected, Intake
+from kernel.acceptance import BatchRejected, check_envelope
+from kernel.intake import Intake
 from kernel.run_state import RunState
 
 
@@ -31,7 +32,7 @@ def body(**changes: Any) -> dict[str, Any]:
 
 
 def test_a_sound_envelope_passes_with_its_receipt() -> None:
-    rid, version, receipt = Intake.check(body())
+    rid, version, receipt = check_envelope(body())
     assert (rid, version) == ("run-1-r1-v1-a0", 1)
     assert receipt.duration_ms == 812.5 and receipt.billed_ms == 813 and receipt.episodes == 2
 
@@ -57,7 +58,7 @@ def test_a_sound_envelope_passes_with_its_receipt() -> None:
 def test_a_forged_field_is_rejected_with_its_reason(changes: dict[str, Any], reason: str
                                                     ) -> None:
     with pytest.raises(BatchRejected) as err:
-        Intake.check(body(**changes))
+        check_envelope(body(**changes))
     assert err.value.reason == reason
 
 
