@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from plugins.report import load_run, register, report, summary_table
+from plugins.report import load_run, report, summary_table
+from plugins.report_cli import register
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
