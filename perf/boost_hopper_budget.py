@@ -1,0 +1,110 @@
+"""Equal-budget boosting on Hopper-v5 at the scale of plans/hopper-nitro.toml: the study behind
+the results in docs/boosting.md.
+
+Every setting trains PPO on Hopper-v5 (1 to 16 actors of 2 envs x 256 steps, minibatches of 256
+samples so a bigger round takes more optimiser steps) in the simulated cloud until its budget
+cannot pay for another round; evaluation every 10 rounds and at stop (10 episodes, measured but
+not charged). Runs go seed-major, so every setting sees the same machine load on average, and a
+rerun skips finished runs.
+
+    python perf/boost_hopper_budget.py run --pricing cpu --budget 0.004 --seeds 1-5
+    python perf/boost_hopper_budget.py run --pricing gpu --budget 0.06 --seeds 1-3
+    python perf/boost_hopper_budget.py collect --pricing cpu     # rows, table and figures
+
+``collect`` aggregates with ``nitro report``'s statistics (mean, IQM, 95 % bootstrap intervals,
+paired differences against the best fixed N) and stores every per-seed row in
+perf/results/boost_hopper_<pricing>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import common as c
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from plugins import report_aggregate as agg  # noqa: E402
+
+PLAN = ROOT / "plans" / "hopper-nitro.toml"
+SETTINGS = {
+    "fixed1": ['scaler={name="fixed"}', "actors.count=1"],
+    "fixed2": ['scaler={name="fixed"}', "actors.count=2"],
+    "fixed4": ['scaler={name="fixed"}', "actors.count=4"],
+    "fixed8": ['scaler={name="fixed"}', "actors.count=8"],
+    "fixed16": ['scaler={name="fixed"}', "actors.count=16"],
+    "nitro": ['scaler={name="nitro"}'],
+    "decay_only": ['scaler={name="decay_only"}'],
+    "prototype": ['scaler={name="prototype"}'],
+    "hydrozoa": ['scaler={name="hydrozoa"}'],
+    "critical_batch": ['scaler={name="critical_batch"}'],
+}
+COMMON = ["algo.minibatch_size=256", "checkpoint.enabled=false", "sinks=[]",
+          'probes=[{name="eval", every=10, episodes=10}]']
+
+
+def seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def run(args: argparse.Namespace) -> int:
+    names = args.settings or list(SETTINGS)
+    for seed in seeds(args.seeds):
+        for name in names:
+            out = args.out / args.pricing / name / f"seed-{seed}"
+            if (out / "summary.json").exists():
+                continue
+            sets = [f"run.seed={seed}", f"stop.budget_usd={args.budget}",
+                    f'cost.learner="{args.pricing}"', *COMMON, *SETTINGS[name]]
+            cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out),
+                   "--force", *[a for s in sets for a in ("--set", s)]]
+            t0 = time.perf_counter()
+            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            c.log(f"{name} seed {seed}: exit {done.returncode} in "
+                  f"{time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+def collect(args: argparse.Namespace) -> int:
+    dirs = sorted(p.parent for p in (args.out / args.pricing).glob("*/seed-*/summary.json"))
+    groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
+    result = agg.aggregate(groups, args.target, args.baseline)
+    table = agg.markdown(result)
+    figures = agg.band_figures(groups, ROOT / "perf" / "figures" / f"boost_hopper_{args.pricing}")
+    c.write_result(f"boost_hopper_{args.pricing}", {
+        "title": f"Boosting at equal budget, Hopper-v5, learner priced as {args.pricing}",
+        "protocol": {"plan": str(PLAN.relative_to(ROOT)), "sets": COMMON,
+                     "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
+                     "baseline": args.baseline},
+        **result, "text": table,
+        "figures": [str(p.relative_to(ROOT)) for p in figures]})
+    print(table)
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("run", "collect"))
+    parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
+                        help="the learner's instance price (cost.learner)")
+    parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
+    parser.add_argument("--seeds", default="1-5")
+    parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS))
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "boost_hopper")
+    parser.add_argument("--target", type=float, default=500.0)
+    parser.add_argument("--baseline", default="fixed2")
+    args = parser.parse_args()
+    return run(args) if args.action == "run" else collect(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
