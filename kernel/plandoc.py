@@ -24,8 +24,10 @@ names it.
 LIST_NOTES = {
     "probes": (
         "A plan without `[[probes]]` evaluates the policy (10 deterministic episodes) every "
-        "10th round: an evaluation every round would cost small "
-        "envs more time than training. `probes = []` turns evaluation off (then "
+        "10th round and when the run stops (the summary's `final_eval_return` is the policy "
+        "it ends with): an evaluation every round would cost small envs more time than "
+        "training. Evaluation time is measured but never charged to the budget. "
+        "`probes = []` turns evaluation off (then "
         "`stop.target_return` never triggers); `[[probes]] name = \"eval\" every = 1` "
         "evaluates every round."
     ),
