@@ -257,7 +257,6 @@ class Coordinator:
             budget_left_usd=None if budget is None else budget - s.cost_usd - pending_usd,
             cost_per_actor_usd=self.roles.cost.estimate_actor_usd(record),
             rng=self.rng, affordable=self.rules.affordable(pending_usd),
-            round_usd=self.rules.round_usd,
         )
         with blame(self.roles.scaler):
             wanted = int(self.roles.scaler.decide(ctx))

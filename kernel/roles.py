@@ -203,9 +203,6 @@ class ScaleContext:
     #: The largest actor count whose estimated round cost fits the budget left (None: no
     #: budget). The kernel applies it after ``decide``; scalers may read it to plan ahead.
     affordable: int | None = None
-    #: The budget allocator's estimate of a round's dollars with N actors (the cost model's
-    #: one estimate): what a scaler weighs a round's fixed price against a sample's by.
-    round_usd: Callable[[int], float] | None = None
 
 
 class Scaler(Protocol):

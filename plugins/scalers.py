@@ -328,6 +328,10 @@ class HydrozoaScaler(_Scaler):
         return min(base * 2 ** min(step, 30), ctx.n_max)
 
 
+#: Recent rounds whose charges split a round's price into its fixed and per-actor parts.
+PRICE_ROUNDS = 32
+
+
 class CriticalBatchScaler(_Scaler):
     """The round size that buys progress cheapest, from the gradient noise and the prices.
 
@@ -342,11 +346,11 @@ class CriticalBatchScaler(_Scaler):
     which is least at B* = sqrt(B_noise c_round / c_sample). So the next round gets
     N = B* / (samples per actor) actors. The noise scale comes from the ``gns`` probe, each of
     its two parts smoothed on its own (a ratio of noisy estimates is biased, so it is taken
-    of the averages); both prices come from the budget allocator's one round estimate
-    (c_round = est(1) - c_actor, c_actor = est(2) - est(1)), so the rule boosts where samples
-    are cheap against rounds (a GPU learner, a slow start-up) and when the gradient grows noisy
-    (late in training, or on hard batches), and stays small where updates are what pays.
-    A round without a usable measurement keeps N.
+    of the averages); both prices from what recent rounds of different sizes were charged
+    (``prices``: one exploratory round of another size when all had the same), so the rule
+    boosts where samples are cheap against rounds (a GPU learner, a slow start-up) and when the
+    gradient grows noisy (late in training, or on hard batches), and stays small where updates
+    are what pays. A round without a usable measurement keeps N.
     """
 
     def __init__(self, ctx: PluginContext):
@@ -358,7 +362,7 @@ class CriticalBatchScaler(_Scaler):
 
     def choose(self, ctx: ScaleContext) -> int:
         record = ctx.history[-1] if ctx.history else None
-        if record is None or ctx.round_usd is None or not record.batches:
+        if record is None or not record.batches:
             self.last_detail = {"skipped": 1.0}
             return ctx.current
         g2 = _finite(record.probes.get("grad_norm_sq"))
@@ -372,16 +376,33 @@ class CriticalBatchScaler(_Scaler):
             self.last_detail = {"skipped": 1.0}
             return ctx.current
         b_noise = max(self.ema_trace, 0.0) / self.ema_g2
+        prices = self.prices(ctx.history)
+        if prices is None:
+            # A round's price splits into its fixed and per-actor parts only across rounds
+            # of different sizes: one round one actor larger (or smaller) tells them apart.
+            self.last_detail = {"b_noise": b_noise, "exploring": 1.0, "skipped": 0.0}
+            return ctx.current + 1 if ctx.current < ctx.n_max else ctx.current - 1
+        c_round, c_actor = prices
         per_actor_samples = record.env_steps / record.batches
-        one, two = ctx.round_usd(1), ctx.round_usd(2)
-        c_actor = max(two - one, 1e-15)
-        c_round = max(one - c_actor, 1e-15)
         c_sample = c_actor / per_actor_samples
         b_star = math.sqrt(b_noise * c_round / c_sample)
-        n = b_star / per_actor_samples
         self.last_detail = {"b_noise": b_noise, "b_star": b_star, "c_round_usd": c_round,
-                            "c_sample_usd": c_sample, "skipped": 0.0}
-        return max(1, round(n))
+                            "c_sample_usd": c_sample, "exploring": 0.0, "skipped": 0.0}
+        return max(1, round(b_star / per_actor_samples))
+
+    def prices(self, history: list[RoundRecord]) -> tuple[float, float] | None:
+        """(c_round, c_actor): the fixed and per-actor parts of what recent rounds were
+        charged, by least squares over their sizes; None until two sizes were seen. A central
+        split, not the budget's upper envelope (which, while N has not varied, grows in
+        proportion to N and would read the fixed part as nothing)."""
+        recent = [r for r in history[-PRICE_ROUNDS:] if r.batches and r.cost_usd > 0]
+        sizes = np.array([r.actors for r in recent], dtype=np.float64)
+        if len(recent) < 2 or np.ptp(sizes) == 0:
+            return None
+        costs = np.array([r.cost_usd for r in recent], dtype=np.float64)
+        c_actor, c_round = np.polyfit(sizes, costs, 1)
+        floor = 1e-3 * float(costs.mean())  # a fit through noise must not zero either part
+        return max(float(c_round), floor), max(float(c_actor), floor)
 
     def state(self) -> dict[str, Any]:
         return {"ema_g2": self.ema_g2, "ema_trace": self.ema_trace}
