@@ -41,14 +41,20 @@ import common as c
 
 sys.path.insert(0, str(c.ROOT))
 
-from plugins.report_aggregate import (  # noqa: E402
+from plugins.experiments.aggregate import (  # noqa: E402
     band_figures,
     groups_from_sweep,
     markdown,
     seed_row,
     summarize,
 )
-from plugins.sweep import Interrupted, Setting, SweepError, sweep, toml_value  # noqa: E402
+from plugins.experiments.sweep import (  # noqa: E402
+    Interrupted,
+    Setting,
+    SweepError,
+    sweep,
+    toml_value,
+)
 
 #: Cost configurations by name: the ``[cost]`` table a run is billed with.
 COSTS: dict[str, dict[str, Any]] = {
@@ -194,7 +200,7 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
 
 
 def _seeds(text: str) -> list[int]:
-    from plugins.sweep import parse_seeds
+    from plugins.experiments.sweep import parse_seeds
 
     return parse_seeds(text)
 

@@ -29,7 +29,7 @@ import common as c
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from plugins import report_aggregate as agg  # noqa: E402
+from plugins.experiments import aggregate as agg  # noqa: E402
 
 PLAN = ROOT / "plans" / "hopper-nitro.toml"
 SETTINGS = {

@@ -3,7 +3,8 @@
 Nitro: the learner encodes weights once with the codec (msgpack + raw numpy bytes) and SETs
 them under a version key; N actors GET and decode them; each actor encodes a rollout batch and
 XADDs it to the run's stream; the learner collects them with XREADGROUP (blocking), decodes
-and acknowledges (``plugins.transport_redis``: the real RedisTransport and ActorRedisClient).
+and acknowledges (``plugins.transports.redis_stream``: the real RedisTransport and
+ActorRedisClient).
 
 Prototype: ``pickle.dumps`` of the same dicts into a Redis hash (HSET); actors poll HGET for the
 weights; the learner polls HGETALL until all N batches are there, then unpickles. Both poll with
@@ -55,7 +56,7 @@ import common as c  # noqa: E402
 
 from kernel import codec  # noqa: E402
 from kernel.roles import PluginContext  # noqa: E402
-from plugins.transport_redis import ActorRedisClient, RedisTransport  # noqa: E402
+from plugins.transports.redis_stream import ActorRedisClient, RedisTransport  # noqa: E402
 
 # -- payloads -------------------------------------------------------------------------------
 

@@ -59,7 +59,7 @@ def throttled(url: str) -> int:
 
 def start_endpoint(port: int, concurrency: int) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "plugins.lambda_endpoint", "--port", str(port), "--handler",
+        [sys.executable, "-m", "plugins.function.endpoint", "--port", str(port), "--handler",
          "perf.fanout:noop", "--preload", "", "--concurrency", str(concurrency),
          "--retry-after-s", "0.05"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
@@ -81,7 +81,7 @@ async def fan_out(url: str, n: int, concurrency: int) -> tuple[float, float, int
     from kernel.plan import ACTORS
     from kernel.roles import Invocation, PluginContext
     from kernel.schema import validate_table
-    from plugins.actors_lambda import LambdaBackend
+    from plugins.actors.aws_lambda import LambdaBackend
     from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
 
     cfg = validate_table("actors", {"backend": "lambda", "endpoint_url": url,

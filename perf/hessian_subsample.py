@@ -34,7 +34,7 @@ from kernel.registry import Plugin, default_registry  # noqa: E402
 from kernel.roles import PluginContext, ProbeContext  # noqa: E402
 from perf.common import log, printed, write_result  # noqa: E402
 from plugins.descriptors.boost import HESSIAN_CONFIG  # noqa: E402
-from plugins.probe_hessian import HessianProbe  # noqa: E402
+from plugins.probes.hessian import HessianProbe  # noqa: E402
 
 KEYS = ("hessian_ratio", "hessian_ratio_prototype", "lambda_max", "lambda_min",
         "lanczos_steps", "hessian_converged", "hessian_samples")

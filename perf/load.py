@@ -66,7 +66,7 @@ async def invoke_level(url: str, in_flight: int, calls: int) -> dict[str, Any]:
     from kernel.plan import ACTORS
     from kernel.roles import Invocation, PluginContext
     from kernel.schema import validate_table
-    from plugins.actors_lambda import LambdaBackend
+    from plugins.actors.aws_lambda import LambdaBackend
     from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
 
     cfg = validate_table("actors", {"backend": "lambda", "endpoint_url": url,
@@ -112,7 +112,7 @@ def invocations(levels: list[int], calls: int, concurrency: int) -> list[dict[st
 
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "plugins.lambda_endpoint", "--port", str(port), "--handler",
+        [sys.executable, "-m", "plugins.function.endpoint", "--port", str(port), "--handler",
          "perf.load:noop", "--preload", "", "--concurrency", str(concurrency),
          "--retry-after-s", "0.05"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

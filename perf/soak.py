@@ -17,7 +17,7 @@ near zero. Both subprocesses are stopped and the scratch folder removed at the e
     .venv/bin/python perf/soak.py              # 3,000 rounds, sample every 100
     .venv/bin/python perf/soak.py --quick      # 600 rounds (< 1 minute)
 
-The endpoint starts as ``python -m plugins.lambda_endpoint`` (same server and options): at the
+The endpoint starts as ``python -m plugins.function.endpoint`` (same server and options): at the
 time of writing ``python -m kernel lambda serve`` passes its dispatch function as the endpoint's
 ``--handler`` (both use the argparse dest ``handler``), so every invocation fails there.
 """
@@ -124,12 +124,12 @@ class Services:
                  "--save", "", "--appendonly", "no", "--dir", str(self.tmp)],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             wait_port(self.redis_port, self.redis, "redis-server")
-            from plugins.actors_local import PRELOAD
+            from plugins.actors.local import PRELOAD
 
             self._endpoint_log = (self.tmp / "endpoint.log").open("wb")
             self.endpoint = subprocess.Popen(
                 # Not "python -m kernel lambda serve": see the note in this module's docstring.
-                [sys.executable, "-m", "plugins.lambda_endpoint", "--port",
+                [sys.executable, "-m", "plugins.function.endpoint", "--port",
                  str(self.endpoint_port), "--concurrency", str(self.concurrency),
                  "--timeout-s", "60", "--preload", ",".join(PRELOAD)],
                 cwd=ROOT, env={**os.environ, "REDIS_URL": self.redis_url},
@@ -170,7 +170,7 @@ async def soak(args: argparse.Namespace, services: Services, out: Path) -> dict[
     from kernel import events as ev
     from kernel.engine import Engine
     from kernel.logs import configure
-    from plugins.transport_redis import batches_key
+    from plugins.transports.redis_stream import batches_key
 
     configure("warning")
     engine = Engine.from_plan(plan(services, args.rounds, args.actors, args.steps), out_dir=out)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from plugins.handler import handler
+from plugins.function.handler import handler
 
 _ID = re.compile(r"-r(?P<round>\d+)-v\d+-a(?P<actor>\d+)$")
 

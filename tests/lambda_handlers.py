@@ -55,7 +55,7 @@ def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
 
 
 class Endpoint:
-    """``python -m plugins.lambda_endpoint`` as a real subprocess on a free port (test helper;
+    """``python -m plugins.function.endpoint`` as a real subprocess on a free port (test helper;
     stdlib only, so workers importing this module stay light)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None):
@@ -83,7 +83,7 @@ class Endpoint:
         # A file, not a pipe: nobody drains a pipe while the test runs, and a full one blocks.
         self._log = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "plugins.lambda_endpoint", "--port", str(self.port),
+            [sys.executable, "-m", "plugins.function.endpoint", "--port", str(self.port),
              *self.args],
             cwd=root, env={**os.environ, **self.env},
             stdout=subprocess.DEVNULL, stderr=self._log,

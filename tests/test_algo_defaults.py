@@ -96,8 +96,8 @@ def test_every_algo_plugin_of_ours_is_checked() -> None:
 # -- plugins read their section by key -----------------------------------------------------------
 
 #: Files whose plugins read only validated sections by key (``cfg["key"]``).
-BY_KEY = ["plugins/scalers.py", "plugins/probe_eval.py", "plugins/probe_hessian.py",
-          "plugins/learner.py", "plugins/cost_aws.py", "plugins/cost_prototype.py"]
+BY_KEY = ["plugins/scalers.py", "plugins/probes/evaluation.py", "plugins/probes/hessian.py",
+          "plugins/learners/onpolicy.py", "plugins/cost/aws.py", "plugins/cost/prototype.py"]
 CONFIG_NAMES = {"cfg", "config", "stop"}
 
 

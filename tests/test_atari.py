@@ -63,8 +63,8 @@ def test_handler_batches_keep_uint8_observations() -> None:
     and the learner shell accepts and trains on what arrives."""
     from algos.appo import APPO, APPOConfig
     from kernel import codec
-    from kernel.workers import InvokeContext
-    from plugins.handler import handler
+    from plugins.actors.workers import InvokeContext
+    from plugins.function.handler import handler
 
     spaces = describe(PONG)
     core = APPO(spaces, APPOConfig(num_minibatches=1, update_epochs=1))

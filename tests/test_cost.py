@@ -10,9 +10,9 @@ import pytest
 from kernel.plan import COST
 from kernel.roles import PluginContext, Receipt, RoundRecord
 from kernel.schema import validate_table
-from plugins.actors_local import LocalBackend
-from plugins.cost_aws import GB_S_USD, PRICES_READ, REQUEST_USD, AwsCost
-from plugins.cost_prototype import PrototypeCost
+from plugins.actors.local import LocalBackend
+from plugins.cost.aws import GB_S_USD, PRICES_READ, REQUEST_USD, AwsCost
+from plugins.cost.prototype import PrototypeCost
 from plugins.descriptors.boost import AWS_COST_CONFIG, PROTOTYPE_COST_CONFIG
 
 X86, ARM = 0.0000166667, 0.0000133334

@@ -22,8 +22,8 @@ def _with_toy_provider() -> Registry:
     registry = Registry()
     for plugin in default_registry().all():
         registry.register(plugin)
-    registry.register(Plugin("toy", "env", "plugins.env_gymnasium:make", "A toy provider.",
-                             config=TOY_CONFIG))
+    registry.register(Plugin("toy", "env", "plugins.environments.gymnasium_env:make",
+                             "A toy provider.", config=TOY_CONFIG))
     return registry
 
 

@@ -1,6 +1,6 @@
 """The actor function refuses what its learner's validated plan could not have produced.
 
-Each case posts a hostile event to ``lambda serve`` running the real ``plugins.handler`` in
+Each case posts a hostile event to ``lambda serve`` running the real ``plugins.function.handler`` in
 real worker processes, and checks that the function refused it with the expected reason
 (counted by the endpoint), and that nothing happened that the event asked for: no connection to
 a host it named, no import of a module it named.
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from plugins import handler as actor_function
+from plugins.function import handler as actor_function
 from tests.conftest import RedisServer
 from tests.lambda_handlers import Endpoint
 

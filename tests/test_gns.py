@@ -12,7 +12,7 @@ import torch
 from algos.gns import noise_scale, slice_gradients
 from algos.ppo import PPO, PPOConfig
 from kernel.roles import PluginContext, ProbeContext
-from plugins.probe_gns import GnsProbe
+from plugins.probes.gns import GnsProbe
 from tests.test_hessian import BOX, FakeLearner, ppo_rollout
 
 

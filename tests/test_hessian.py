@@ -25,8 +25,8 @@ from envs import Sampler, describe
 from kernel.roles import PluginContext, ProbeContext
 from kernel.schema import validate_table
 from plugins.descriptors.boost import HESSIAN_CONFIG
-from plugins.learner import ROLLOUT_KEYS
-from plugins.probe_hessian import HessianProbe
+from plugins.learners.onpolicy import ROLLOUT_KEYS
+from plugins.probes.hessian import HessianProbe
 
 BOX = {
     "obs_shape": [3],
@@ -185,7 +185,7 @@ def test_lanczos_basis_stays_within_its_memory_cap_on_a_cnn_sized_problem() -> N
 
 
 class FakeLearner:
-    """What the probe reads from ``plugins.learner.OnPolicyLearner`` after an update."""
+    """What the probe reads from ``plugins.learners.onpolicy.OnPolicyLearner`` after an update."""
 
     def __init__(self, core: PPO, rollout: dict[str, np.ndarray]):
         self.core = core

@@ -27,8 +27,8 @@ import redis
 from kernel import codec
 from kernel import events as ev
 from kernel.engine import Engine
-from plugins import handler as actor_function
-from plugins.transport_redis import batches_key
+from plugins.function import handler as actor_function
+from plugins.transports.redis_stream import batches_key
 from tests.conftest import ROOT, RedisServer, run_watching
 from tests.lambda_handlers import Endpoint
 
@@ -324,7 +324,7 @@ def _padded(size: int) -> bytes:
 
 
 def test_endpoint_payload_limits(function_endpoint: Endpoint) -> None:
-    from plugins.lambda_endpoint import EVENT_PAYLOAD_LIMIT, SYNC_PAYLOAD_LIMIT
+    from plugins.function.endpoint import EVENT_PAYLOAD_LIMIT, SYNC_PAYLOAD_LIMIT
 
     before = function_endpoint.stats()
     status, headers, body = _post(function_endpoint, _padded(SYNC_PAYLOAD_LIMIT + 1))

@@ -16,7 +16,7 @@ import pytest
 from kernel.plan import ACTORS, load_plan
 from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
 from kernel.schema import PlanError, validate_table
-from plugins.actors_lambda import LambdaBackend
+from plugins.actors.aws_lambda import LambdaBackend
 from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
 from tests.lambda_handlers import Endpoint
 
@@ -131,7 +131,7 @@ def test_plan_with_memory_transport_is_rejected() -> None:
     assert "redis" in str(info.value)
 
 
-# -- end to end: aiobotocore -> endpoint -> plugins.handler -> Redis -> learner ------------------
+# -- end to end: aiobotocore -> endpoint -> plugins.function.handler -> Redis -> learner --------
 
 
 def run_engine(plan: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -158,7 +158,7 @@ def ppo_plan(endpoint_url: str, redis_url: str, **actors: Any) -> dict[str, Any]
 
 @pytest.fixture
 def actor_endpoint(redis_server: Any) -> Iterator[Endpoint]:
-    """The real actor function (plugins.handler) behind the endpoint; Redis from its env."""
+    """The real actor function (plugins.function.handler) behind the endpoint; Redis from its env."""
     ep = Endpoint("--concurrency", "2", "--timeout-s", "60",
                   env={"REDIS_URL": redis_server.url}).start(timeout=120)
     try:

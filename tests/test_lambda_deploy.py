@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 
-from plugins.lambda_cli import register
-from plugins.lambda_deploy import DeploySpec, deploy, parse_env
+from plugins.function.cli import register
+from plugins.function.deploy import DeploySpec, deploy, parse_env
 
 IMAGE = "123456789012.dkr.ecr.us-east-1.amazonaws.com/nitro-actor"
 TRUST = {"Version": "2012-10-17", "Statement": [{
@@ -92,7 +92,7 @@ def test_cli_help_lists_serve_and_deploy() -> None:
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["lambda", "serve", "--port", "9100", "--concurrency", "3"])
     assert (args.port, args.concurrency, args.handler.__name__) == (9100, 3, "_serve")
-    assert args.handler.__module__ == "plugins.lambda_cli"
+    assert args.handler.__module__ == "plugins.function.cli"
 
 
 def test_bad_arguments_fail_before_any_call() -> None:

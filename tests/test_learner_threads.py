@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kernel.workers import default_worker_count
-from plugins.learner import configure_threads
+from plugins.actors.workers import default_worker_count
+from plugins.learners.onpolicy import configure_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 PIXELS = {"obs_shape": [4, 84, 84]}

@@ -129,7 +129,7 @@ def test_a_vector_actor_never_imports_torch(tmp_path: Path) -> None:
     script = f"""
 import sys
 import numpy as np
-from plugins import handler
+from plugins.function import handler
 from kernel.registry import default_registry
 from envs import Sampler
 spec = {{"spaces": {DISCRETE!r}, "net": {{"hidden_sizes": [64, 64], "activation": "tanh"}}}}

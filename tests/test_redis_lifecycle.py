@@ -18,7 +18,7 @@ import pytest
 import redis
 
 from kernel.engine import Engine
-from plugins.transport_redis import batches_key
+from plugins.transports.redis_stream import batches_key
 from tests.conftest import PYTHON, ROOT, RedisServer
 
 pytestmark = pytest.mark.redis

@@ -17,7 +17,7 @@ import redis
 
 from kernel import events as ev
 from kernel.engine import Engine
-from plugins.transport_redis import PASSWORD_ENV, batches_key
+from plugins.transports.redis_stream import PASSWORD_ENV, batches_key
 from tests.conftest import ROOT, RedisServer, run_cli, run_watching
 
 pytestmark = pytest.mark.redis

@@ -19,7 +19,7 @@ import redis
 
 from kernel import codec
 from kernel.roles import PluginContext
-from plugins.transport_redis import (
+from plugins.transports.redis_stream import (
     PASSWORD_ENV,
     TLS_ENV,
     URL_ENV,

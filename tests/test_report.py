@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from plugins.report import load_run, report, summary_table
-from plugins.report_cli import register
+from plugins.experiments.cli import register
+from plugins.experiments.report import load_run, report, summary_table
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -145,7 +145,7 @@ def test_runs_without_evaluation_draw_no_return_figures(tmp_path: Path) -> None:
 
 def _drawn(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     """Figures as they are saved (axes, lines and labels), before they are closed."""
-    import plugins.report as rep
+    import plugins.experiments.report as rep
 
     figures: list[Any] = []
     save = rep._save
@@ -181,7 +181,7 @@ def test_cost_axes_share_one_unit(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
 
 
 def test_colours_do_not_repeat_for_many_runs() -> None:
-    from plugins.report import run_colors
+    from plugins.experiments.report import run_colors
 
     for n in (3, 10, 11, 20, 35):
         colours = [str(c) for c in run_colors(n)]

@@ -10,8 +10,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from plugins.report import load_run
-from plugins.report_aggregate import bootstrap_ci, describe, iqm, paired
+from plugins.experiments.aggregate import bootstrap_ci, describe, iqm, paired
+from plugins.experiments.report import load_run
 from tests.conftest import run_cli
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

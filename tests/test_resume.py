@@ -191,7 +191,7 @@ def _weights(engine: Engine) -> dict:
 
 @pytest.mark.xfail(strict=True, reason=(
     "actors' warm samplers are not part of a checkpoint: in the uninterrupted run round 4 "
-    "continues the episodes of round 3 in the same worker (plugins/handler.py keeps "
+    "continues the episodes of round 3 in the same worker (plugins/function/handler.py keeps "
     "_warm.samplers, built once with the first invocation's seed), a resumed run builds fresh "
     "samplers seeded by round 4's invocation, so rollouts and losses differ from round 4 on"))
 def test_an_interrupted_sync_run_matches_an_uninterrupted_one_round_by_round(

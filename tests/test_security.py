@@ -37,7 +37,7 @@ RECORD_ENV = "NITRO_TEST_RECORD_EVENTS"
 def recording_handler(event: Any, context: Any) -> Any:
     """The real actor function, after appending the raw event it received to a file (for the
     Lambda test: what crosses the Invoke API must not hold a secret)."""
-    from plugins.handler import handler
+    from plugins.function.handler import handler
 
     with open(os.environ[RECORD_ENV], "a", encoding="utf-8") as fh:
         fh.write(json.dumps(event) + "\n")
@@ -157,12 +157,13 @@ def test_resume_takes_the_password_from_the_environment(
 
 @pytest.mark.redis
 def test_lambda_events_carry_no_secret(password_redis: RedisServer, tmp_path: Path) -> None:
-    from plugins.actors_local import PRELOAD
+    from plugins.actors.local import PRELOAD
     from tests.lambda_handlers import Endpoint
 
     record = tmp_path / "events.jsonl"
     ep = Endpoint("--handler", "tests.test_security:recording_handler",
-                  "--preload", ",".join(PRELOAD), "--initializer", "plugins.handler:init_worker",
+                  "--preload", ",".join(PRELOAD),
+                  "--initializer", "plugins.function.handler:init_worker",
                   "--concurrency", "2", "--timeout-s", "60",
                   env={"REDIS_URL": password_redis.url, RECORD_ENV: str(record)})
     ep.start(timeout=120)
@@ -247,7 +248,7 @@ def test_an_event_cannot_turn_tls_checks_off_in_the_function(
         tls_redis: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The function's TLS policy is its environment's: an event saying ``ssl_cert_reqs =
     "none"`` does not make it talk to a server it cannot verify."""
-    from plugins.transport_redis import PASSWORD_ENV, TLS_ENV, URL_ENV, ActorRedisClient
+    from plugins.transports.redis_stream import PASSWORD_ENV, TLS_ENV, URL_ENV, ActorRedisClient
 
     public = f"rediss://127.0.0.1:{tls_redis.port}/0"
     monkeypatch.setenv(URL_ENV, public)

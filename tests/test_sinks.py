@@ -15,10 +15,10 @@ import pytest
 from kernel import Engine
 from kernel import events as ev
 from kernel.roles import PluginContext
-from plugins.metrics import markdown_table
-from plugins.sinks import ConsoleSink, RunProgress, round_header, round_line
-from plugins.sinks_csv import BASE_COLUMNS, CsvSink
-from plugins.sinks_tensorboard import TensorboardSink
+from plugins.sinks.console import ConsoleSink, RunProgress, round_header, round_line
+from plugins.sinks.csv_file import BASE_COLUMNS, CsvSink
+from plugins.sinks.metrics import markdown_table
+from plugins.sinks.tensorboard_file import TensorboardSink
 
 PLAN_STOP = {"max_rounds": 3, "max_env_steps": 10_000, "budget_usd": 1.0, "target_return": 475.0}
 

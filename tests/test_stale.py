@@ -22,7 +22,7 @@ import redis
 from kernel import codec
 from kernel import events as ev
 from kernel.engine import Engine
-from plugins.transport_redis import batches_key
+from plugins.transports.redis_stream import batches_key
 from tests.conftest import ROOT, RedisServer, missing, run_watching
 
 CARTPOLE = ROOT / "plans" / "cartpole.toml"

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from plugins.sweep import (
+from plugins.experiments.sweep import (
     MANIFEST,
     Setting,
     SweepError,

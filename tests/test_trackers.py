@@ -74,7 +74,7 @@ def wandb_records(run_dir: Path) -> list[Any]:
 def test_wandb_offline_logs_rounds_and_the_plan(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("wandb")
-    from plugins.sinks_wandb import WandbSink
+    from plugins.sinks.wandb_run import WandbSink
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")
@@ -101,7 +101,7 @@ def test_mlflow_local_store_in_the_run_dir(tmp_path: Path,
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient
 
-    from plugins.sinks_mlflow import MlflowSink
+    from plugins.sinks.mlflow_run import MlflowSink
 
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     sink = MlflowSink(tracker_ctx(tmp_path, "mlflow"))

@@ -46,7 +46,7 @@ def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
 
 
 PLUGINS = [
-    Plugin("lambda", "actors", "plugins.actors_lambda:LambdaBackend",
+    Plugin("lambda", "actors", "plugins.actors.aws_lambda:LambdaBackend",
            "AWS Lambda (or the local Invoke endpoint) through aiobotocore.",
            config=LAMBDA_CONFIG, validator="plugins.descriptors.aws_lambda:validate"),
 ]

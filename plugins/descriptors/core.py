@@ -42,7 +42,7 @@ LOCAL_CONFIG = {
                        max=10240),
     "sim_invoke_latency_s": Field("float", 0.03, "Simulated invoke latency.", min=0),
     "sim_cold_start_s": Field("float", 1.0, "Simulated cold start beyond the warm pool.", min=0),
-    "handler": Field("str", "plugins.handler:handler",
+    "handler": Field("str", "plugins.function.handler:handler",
                      "module:function the workers run (tests wrap it to inject faults)."),
 }
 
@@ -65,18 +65,18 @@ GYMNASIUM_CONFIG = {
 }
 
 PLUGINS = [
-    Plugin("gymnasium", "env", "plugins.env_gymnasium:make",
+    Plugin("gymnasium", "env", "plugins.environments.gymnasium_env:make",
            "Gymnasium ids (classic control, MuJoCo v5, ALE v5, your own as module:EnvId).",
-           config=GYMNASIUM_CONFIG, validator="plugins.env_gymnasium:validate"),
-    Plugin("ppo", "algo", "plugins.learner:make_ppo",
+           config=GYMNASIUM_CONFIG, validator="plugins.environments.gymnasium_env:validate"),
+    Plugin("ppo", "algo", "plugins.learners.onpolicy:make_ppo",
            "PPO: clipped surrogate, GAE, value clipping, entropy bonus (CleanRL-style).",
            config=PPO_CONFIG, actor="algos.actor:make_actor_policy"),
-    Plugin("local", "actors", "plugins.actors_local:LocalBackend",
+    Plugin("local", "actors", "plugins.actors.local:LocalBackend",
            "Warm worker processes that behave like a serverless platform.", config=LOCAL_CONFIG),
-    Plugin("memory", "transport", "plugins.transport_memory:MemoryTransport",
+    Plugin("memory", "transport", "plugins.transports.memory:MemoryTransport",
            "In-process transport: no server; batches come back with the invocation.",
            config={"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}),
-    Plugin("eval", "probe", "plugins.probe_eval:EvalProbe",
+    Plugin("eval", "probe", "plugins.probes.evaluation:EvalProbe",
            "Deterministic-policy episodes; reports eval_return.",
            config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)},
            evaluation=True),

@@ -39,7 +39,7 @@ REDIS_CONFIG = {
 }
 
 PLUGINS = [
-    Plugin("redis", "transport", "plugins.transport_redis:RedisTransport",
+    Plugin("redis", "transport", "plugins.transports.redis_stream:RedisTransport",
            "Redis: weights per version by key, batches on a stream read by a consumer group.",
-           config=REDIS_CONFIG, validator="plugins.transport_redis:validate"),
+           config=REDIS_CONFIG, validator="plugins.transports.redis_stream:validate"),
 ]

@@ -1,4 +1,4 @@
-"""Descriptors of the V-trace algorithms: IMPALA and APPO (factories in plugins.learner_vtrace).
+"""Descriptors of the V-trace algorithms: IMPALA and APPO (factories in plugins.learners.vtrace).
 
 The fields are `algos.impala.IMPALAConfig` and `algos.appo.APPOConfig` as plan fields, with
 bounds and one line of doc each: reading the dataclasses here would import torch, which listing
@@ -45,10 +45,10 @@ APPO_CONFIG = {
 }
 
 PLUGINS = [
-    Plugin("impala", "algo", "plugins.learner_vtrace:make_impala",
+    Plugin("impala", "algo", "plugins.learners.vtrace:make_impala",
            "IMPALA: V-trace actor-critic with an entropy bonus (Espeholt et al., 2018).",
            config=IMPALA_CONFIG, actor="algos.actor:make_actor_policy"),
-    Plugin("appo", "algo", "plugins.learner_vtrace:make_appo",
+    Plugin("appo", "algo", "plugins.learners.vtrace:make_appo",
            "APPO: PPO's clipped surrogate on V-trace advantages, target network (RLlib-style).",
            config=APPO_CONFIG, actor="algos.actor:make_actor_policy"),
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from envs import describe
 from kernel.roles import PluginContext
-from plugins.learner import OnPolicyLearner, _env_spec, resolve_device
+from plugins.learners.onpolicy import OnPolicyLearner, _env_spec, resolve_device
 
 
 def make_a2c(ctx: PluginContext) -> OnPolicyLearner:

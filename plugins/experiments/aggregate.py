@@ -1,0 +1,398 @@
+"""Seeds aggregated per setting: the statistics and figures behind ``nitro report SWEEP_DIR``.
+
+One seed of an RL run says little (returns on Hopper spread by thousands between seeds), so a
+claim is a statement about a setting across seeds: its mean and its interquartile mean (IQM,
+the mean of the middle half, robust to the one seed that collapsed or took off) with 95 %
+percentile-bootstrap intervals, and paired differences against a baseline setting over the
+seeds both ran (a seed's luck partly cancels in the difference). The bootstrap is numpy only,
+seeded, 10,000 resamples, so the same rows always give the same intervals.
+
+Curves: each seed's evaluation returns are interpolated onto a common grid of env steps,
+dollars or simulated seconds, from the latest first evaluation among the seeds to the earliest
+last one (every point of a band is backed by every seed), and drawn as the mean with the 95 %
+bootstrap interval of the mean as a band (2,000 resamples per point: the table's intervals use 10,000).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from plugins.experiments.report import (
+    RunData,
+    figure,
+    load_run,
+    run_colors,
+    save_figure,
+    time_axis,
+    time_unit,
+    usd_unit,
+)
+
+RESAMPLES = 10_000
+#: Resamples per point of a curve's band: a band is read by eye, and 2,000 draws put its edges
+#: within a small fraction of the band's width while keeping a 100-run report to seconds.
+BAND_RESAMPLES = 2_000
+LEVEL = 0.95
+BOOT_SEED = 0
+#: Metric key -> (table heading, format). The ``*_to_target`` ones exist with ``--target``.
+METRICS: dict[str, tuple[str, str]] = {
+    "final_eval_return": ("final eval", ".1f"),
+    "best_eval_return": ("best eval", ".1f"),
+    "cost_usd": ("cost $", ".5f"),
+    "sim_time_s": ("sim time s", ".1f"),
+    "env_steps": ("env steps", ",.0f"),
+    "mean_actors": ("mean N", ".1f"),
+    "budget_spent": ("budget spent", ".3f"),
+    "cost_to_target_usd": ("cost to target $", ".5f"),
+    "sim_time_to_target_s": ("sim time to target s", ".1f"),
+    "env_steps_to_target": ("env steps to target", ",.0f"),
+}
+#: What the paired-difference table shows (all metrics are in the JSON).
+DIFF_SHOWN = ("final_eval_return", "best_eval_return", "cost_to_target_usd",
+              "sim_time_to_target_s")
+
+
+@dataclass
+class Group:
+    """The runs of one setting, one per seed."""
+
+    label: str
+    runs: list[RunData]
+
+
+# -- grouping ----------------------------------------------------------------------------------
+
+
+def groups_from_sweep(sweep_dir: Path) -> tuple[list[Group], list[str]]:
+    """Settings of ``sweep.json`` with their runs that ended (a run still going or interrupted
+    has no place in a statistic: it is named in the notes instead)."""
+    manifest = json.loads((sweep_dir / "sweep.json").read_text(encoding="utf-8"))
+    groups, notes = [], []
+    for label, entry in manifest.get("settings", {}).items():
+        runs = []
+        for seed, run in sorted(entry.get("runs", {}).items(), key=lambda kv: int(kv[0])):
+            run_dir = sweep_dir / run["dir"]
+            if _ended(run_dir):
+                runs.append(load_run(run_dir))
+            else:
+                notes.append(f"{label} seed {seed}: not finished ({run_dir}), left out")
+        groups.append(Group(label, runs))
+    return groups, notes
+
+
+def _ended(run_dir: Path) -> bool:
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError):
+        return False
+    reason = str(summary.get("stop_reason", ""))
+    return not (reason.startswith("signal") or reason == "cancelled")
+
+
+def group_runs(run_dirs: Sequence[Path], key: str) -> list[Group]:
+    """Plain run directories grouped by ``parent`` (a sweep's layout), ``scaler`` or ``name``."""
+    by: dict[str, list[RunData]] = {}
+    for path in run_dirs:
+        run = load_run(path)
+        label = {"parent": path.resolve().parent.name, "scaler": run.scaler,
+                 "name": run.name}[key]
+        by.setdefault(label, []).append(run)
+    return [Group(label, runs) for label, runs in by.items()]
+
+
+def merge(groups: Sequence[Group]) -> list[Group]:
+    """Groups of one label from several sweeps become one (a seed twice is an error)."""
+    merged: dict[str, Group] = {}
+    for g in groups:
+        into = merged.setdefault(g.label, Group(g.label, []))
+        seen = {r.seed for r in into.runs}
+        for run in g.runs:
+            if run.seed in seen:
+                raise ValueError(f"setting {g.label!r} has seed {run.seed} twice "
+                                 f"({run.path})")
+            into.runs.append(run)
+    return list(merged.values())
+
+
+# -- per-seed rows -----------------------------------------------------------------------------
+
+
+def seed_row(label: str, run: RunData, target: float | None) -> dict[str, Any]:
+    """One run as the numbers a claim is built from (``None`` where it has none)."""
+    s = run.summary
+    evals = [v for v in run.eval_return if v is not None]
+    budget = (run.plan.get("stop") or {}).get("budget_usd")
+    cost = s.get("cost_usd", run.cost_usd[-1] if run.cost_usd else None)
+    row: dict[str, Any] = {
+        "setting": label, "seed": run.seed, "run_dir": str(run.path),
+        "scaler": run.scaler, "stop_reason": s.get("stop_reason"),
+        "rounds": s.get("rounds", len(run.rounds)),
+        "env_steps": s.get("env_steps", run.env_steps[-1] if run.env_steps else None),
+        "final_eval_return": s.get("final_eval_return", evals[-1] if evals else None),
+        "best_eval_return": s.get("best_eval_return", max(evals, default=None)),
+        "cost_usd": cost,
+        "budget_usd": budget,
+        "budget_spent": cost / budget if budget and cost is not None else None,
+        "sim_time_s": s.get("sim_time_s", run.sim_time_s[-1] if run.sim_time_s else None),
+        "wall_s": s.get("wall_s"),
+        "mean_actors": float(np.mean(run.actors)) if run.actors else None,
+    }
+    if target is not None:
+        hit = next((i for i, v in enumerate(run.eval_return) if v is not None and v >= target),
+                   None)
+        row["reached_target"] = hit is not None
+        row["cost_to_target_usd"] = None if hit is None else run.cost_usd[hit]
+        row["sim_time_to_target_s"] = None if hit is None else run.sim_time_s[hit]
+        row["env_steps_to_target"] = None if hit is None else run.env_steps[hit]
+    return row
+
+
+# -- statistics --------------------------------------------------------------------------------
+
+
+def iqm(sorted_values: np.ndarray) -> np.ndarray:
+    """Interquartile mean along the last axis of sorted values: a quarter cut from each end,
+    rounded down (scipy's ``trim_mean(x, 0.25)``), so below four values it is the mean."""
+    n = sorted_values.shape[-1]
+    cut = int(0.25 * n)
+    return sorted_values[..., cut:n - cut].mean(axis=-1)
+
+
+def bootstrap_ci(values: Sequence[float], stat: str = "mean", resamples: int = RESAMPLES,
+                 seed: int = BOOT_SEED) -> tuple[float, float] | None:
+    """Percentile-bootstrap 95 % interval of the mean or IQM over seeds (None below two)."""
+    x = np.asarray(values, dtype=float)
+    if x.size < 2:
+        return None
+    rng = np.random.default_rng(seed)
+    samples = x[rng.integers(0, x.size, size=(resamples, x.size))]
+    stats = samples.mean(axis=1) if stat == "mean" else iqm(np.sort(samples, axis=1))
+    tail = (1 - LEVEL) / 2 * 100
+    lo, hi = np.percentile(stats, [tail, 100 - tail])
+    return float(lo), float(hi)
+
+
+def describe(values: Sequence[float | None]) -> dict[str, Any]:
+    """n, mean and IQM with their intervals, over the values that exist."""
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return {"n": 0, "mean": None, "mean_ci": None, "iqm": None, "iqm_ci": None}
+    return {"n": len(vals), "mean": float(np.mean(vals)), "mean_ci": bootstrap_ci(vals),
+            "iqm": float(iqm(np.sort(np.asarray(vals)))), "iqm_ci": bootstrap_ci(vals, "iqm")}
+
+
+def paired(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+           metric: str) -> dict[str, Any]:
+    """Mean of (setting - baseline) over the seeds both have a value for, with its interval."""
+    theirs = {r["seed"]: r.get(metric) for r in base if r.get(metric) is not None}
+    pairs = [(r["seed"], float(r[metric]) - float(theirs[r["seed"]])) for r in rows
+             if r.get(metric) is not None and r["seed"] in theirs]
+    diffs = [d for _, d in pairs]
+    return {"n": len(diffs), "seeds": [s for s, _ in pairs],
+            "mean": float(np.mean(diffs)) if diffs else None,
+            "mean_ci": bootstrap_ci(diffs)}
+
+
+def aggregate(groups: Sequence[Group], target: float | None = None,
+              baseline: str | None = None) -> dict[str, Any]:
+    """Rows per seed, statistics per setting, differences against the baseline."""
+    rows = [seed_row(g.label, run, target) for g in groups for run in
+            sorted(g.runs, key=lambda r: (r.seed is None, r.seed or 0))]
+    return summarize(rows, [g.label for g in groups], target, baseline)
+
+
+def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: float | None,
+              baseline: str | None) -> dict[str, Any]:
+    """Statistics from per-seed rows alone, so a stored result is re-rendered from its rows."""
+    if baseline is not None and baseline not in labels:
+        raise ValueError(f"--baseline {baseline!r} is not a setting (settings: "
+                         f"{', '.join(labels)})")
+    metrics = [m for m in METRICS if target is not None or "to_target" not in m]
+    settings: dict[str, Any] = {}
+    for label in labels:
+        mine = [r for r in rows if r["setting"] == label]
+        entry: dict[str, Any] = {
+            "seeds": [r["seed"] for r in mine],
+            "stop_reasons": sorted({str(r["stop_reason"]) for r in mine}),
+            "metrics": {m: describe([r.get(m) for r in mine]) for m in metrics},
+        }
+        if target is not None:
+            entry["reached_target"] = sum(bool(r.get("reached_target")) for r in mine)
+        if baseline is not None and label != baseline:
+            base = [r for r in rows if r["setting"] == baseline]
+            entry["vs_baseline"] = {m: paired(mine, base, m) for m in metrics}
+        settings[label] = entry
+    return {"target": target, "baseline": baseline,
+            "bootstrap": {"resamples": RESAMPLES, "level": LEVEL, "seed": BOOT_SEED,
+                          "method": "percentile, seeds resampled with replacement"},
+            "settings": settings, "rows": list(rows)}
+
+
+# -- Markdown ----------------------------------------------------------------------------------
+
+
+def _cell(stat: dict[str, Any], which: str, spec: str) -> str:
+    value, ci = stat.get(which), stat.get(f"{which}_ci")
+    if value is None:
+        return "-"
+    text = format(value, spec)
+    return text if ci is None else f"{text} [{format(ci[0], spec)}, {format(ci[1], spec)}]"
+
+
+def markdown(agg: dict[str, Any]) -> str:
+    """The per-setting table (and the paired one with a baseline), as Markdown."""
+    target = agg["target"]
+    head = ["setting", "seeds", "final eval mean [95% CI]", "final eval IQM [95% CI]",
+            "best eval IQM", "cost $", "sim time s", "env steps", "mean N", "stop"]
+    if target is not None:
+        head[-1:-1] = [f"reached {target:g}", "cost to target $ [95% CI]",
+                       "sim time to target s [95% CI]"]
+    lines = [_row(head), _rule(len(head))]
+    for label, e in agg["settings"].items():
+        m = e["metrics"]
+        cells = [label, str(len(e["seeds"])), _cell(m["final_eval_return"], "mean", ".1f"),
+                 _cell(m["final_eval_return"], "iqm", ".1f"),
+                 _cell({"iqm": m["best_eval_return"]["iqm"]}, "iqm", ".1f"),
+                 _cell({"mean": m["cost_usd"]["mean"]}, "mean", ".5f"),
+                 _cell({"mean": m["sim_time_s"]["mean"]}, "mean", ".1f"),
+                 _cell({"mean": m["env_steps"]["mean"]}, "mean", ",.0f"),
+                 _cell({"mean": m["mean_actors"]["mean"]}, "mean", ".1f"),
+                 ", ".join(e["stop_reasons"])]
+        if target is not None:
+            cells[-1:-1] = [f"{e['reached_target']}/{len(e['seeds'])}",
+                            _cell(m["cost_to_target_usd"], "mean", ".5f"),
+                            _cell(m["sim_time_to_target_s"], "mean", ".1f")]
+        lines.append(_row(cells))
+    text = "\n".join(lines)
+    if agg["baseline"] is not None:
+        text += "\n\n" + _diff_table(agg)
+    return text
+
+
+def _diff_table(agg: dict[str, Any]) -> str:
+    shown = [m for m in DIFF_SHOWN if agg["target"] is not None or "to_target" not in m]
+    head = ["setting", "pairs", *(f"Δ {METRICS[m][0]} [95% CI]" for m in shown)]
+    lines = [f"Paired by seed, setting − {agg['baseline']} (mean of the differences; "
+             "an interval that excludes 0 is a difference the seeds support):", "",
+             _row(head), _rule(len(head))]
+    for label, e in agg["settings"].items():
+        if "vs_baseline" not in e:
+            continue
+        d = e["vs_baseline"]
+        lines.append(_row([label, str(d["final_eval_return"]["n"]),
+                           *(_cell(d[m], "mean", "+" + METRICS[m][1]) + _pairs(d[m], d)
+                             for m in shown)]))
+    return "\n".join(lines)
+
+
+def _pairs(stat: dict[str, Any], d: dict[str, Any]) -> str:
+    n = stat["n"]
+    return "" if n == d["final_eval_return"]["n"] else f" ({n} pairs)"
+
+
+def _row(cells: Sequence[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _rule(n: int) -> str:
+    return "|" + "|".join(["---"] + ["---:"] * (n - 1)) + "|"
+
+
+# -- figures -----------------------------------------------------------------------------------
+
+
+def curve_on_grid(groups_runs: Sequence[RunData], xs_of: Callable[[RunData], Sequence[float]],
+                  points: int = 100) -> tuple[np.ndarray, np.ndarray] | None:
+    """(grid, returns of shape seeds x grid) where every seed has evaluations on both sides."""
+    curves = []
+    for run in groups_runs:
+        x, y = run.points(list(xs_of(run)))
+        if x:
+            curves.append((np.asarray(x, float), np.asarray(y, float)))
+    if not curves:
+        return None
+    lo = max(c[0][0] for c in curves)
+    hi = min(c[0][-1] for c in curves)
+    grid = np.linspace(lo, hi, points) if hi > lo else np.asarray([hi])
+    return grid, np.stack([np.interp(grid, x, y) for x, y in curves])
+
+
+def band(values: np.ndarray, resamples: int = BAND_RESAMPLES,
+         seed: int = BOOT_SEED) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Mean over seeds (rows) and the 95 % bootstrap interval of the mean at every column:
+    a resample is a multinomial count per seed, so it costs one matrix product."""
+    n = values.shape[0]
+    mean = values.mean(axis=0)
+    if n < 2:
+        return mean, mean, mean
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples)
+    boots = counts @ values / n
+    tail = (1 - LEVEL) / 2 * 100
+    lo, hi = np.percentile(boots, [tail, 100 - tail], axis=0)
+    return mean, lo, hi
+
+
+def band_figures(groups: Sequence[Group], out: Path) -> list[Path]:
+    """Eval return against env steps, dollars and simulated (or wall) time, one band per
+    setting, and the final evaluation of every seed per setting."""
+    out.mkdir(parents=True, exist_ok=True)
+    runs = [r for g in groups for r in g.runs]
+    if not any(v is not None for r in runs for v in r.eval_return):
+        return []
+    time_of, time_name, time_key = time_axis(runs)
+    t_scale, t_unit = time_unit(runs, time_of)
+    usd_scale, usd_name = usd_unit(runs)
+    axes = [(lambda r: r.env_steps, 1.0, "environment steps", "env_steps"),
+            (lambda r: r.cost_usd, usd_scale, f"cumulative cost ({usd_name})", "cost"),
+            (time_of, t_scale, f"{time_name} ({t_unit})", f"{time_key}_time")]
+    colors = run_colors(len(groups))
+    paths = []
+    for xs_of, scale, xlabel, key in axes:
+        fig, ax = figure(f"Eval return against {xlabel.split(' (')[0]}: mean and 95 % "
+                          "interval over seeds")
+        handles = []
+        for group, color in zip(groups, colors, strict=True):
+            curve = curve_on_grid(group.runs, xs_of)
+            if curve is None:
+                continue
+            grid, values = curve
+            mean, lo, hi = band(values)
+            label = f"{group.label} ({values.shape[0]} seeds)"
+            if grid.size == 1:
+                line = ax.errorbar(grid * scale, mean, yerr=[mean - lo, hi - mean], fmt="o",
+                                   color=color, label=label)
+            else:
+                (line,) = ax.plot(grid * scale, mean, color=color, label=label)
+                ax.fill_between(grid * scale, lo, hi, color=color, alpha=0.2, linewidth=0)
+            handles.append(line)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("eval return (mean over eval episodes)")
+        paths.append(save_figure(fig, out / f"bands_return_vs_{key}.png", handles=handles))
+    paths.append(final_eval_figure(groups, colors, out / "final_eval_by_setting.png"))
+    return paths
+
+
+def final_eval_figure(groups: Sequence[Group], colors: Sequence[Any], path: Path) -> Path:
+    """Each seed's final evaluation as a dot, the IQM and its 95 % interval as a bar."""
+    fig, ax = figure("Final eval return per setting: seeds, IQM and 95 % interval")
+    for i, (group, color) in enumerate(zip(groups, colors, strict=True)):
+        vals = [seed_row(group.label, r, None)["final_eval_return"] for r in group.runs]
+        vals = [v for v in vals if v is not None]
+        if not vals:
+            continue
+        jitter = np.linspace(-0.15, 0.15, len(vals)) if len(vals) > 1 else [0.0]
+        ax.scatter(np.asarray(jitter) + i, vals, color=color, alpha=0.6, s=14)
+        stat = describe(vals)
+        ci = stat["iqm_ci"] or (stat["iqm"], stat["iqm"])
+        ax.errorbar([i + 0.3], [stat["iqm"]], yerr=[[stat["iqm"] - ci[0]], [ci[1] - stat["iqm"]]],
+                    fmt="D", color=color, capsize=4)
+    ax.set_xticks(range(len(groups)), [g.label for g in groups], rotation=30, ha="right")
+    ax.set_ylabel("final eval return")
+    return save_figure(fig, path)

@@ -1,0 +1,97 @@
+"""``nitro report``: the command line of the figures (``plugins/experiments/report.py``, one
+figure set per run) and of the seed aggregation (``plugins/experiments/aggregate.py``, settings
+across seeds). Registered through the ``nitro.commands`` entry point."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from plugins.experiments import aggregate as agg
+from plugins.experiments.report import ReportError, report
+
+
+def _handle(args: argparse.Namespace) -> int:
+    dirs = [Path(d) for d in args.run_dirs]
+    sweeps = [d for d in dirs if (d / "sweep.json").is_file()]
+    if sweeps or args.group_by:
+        return _handle_aggregate(args, dirs, sweeps)
+    out = Path(args.out) if args.out else (dirs[0] / "report" if len(dirs) == 1
+                                           else Path("report"))
+    try:
+        figures, table = report(dirs, out)
+    except ReportError as exc:
+        sys.stderr.write(f"nitro report: {exc}\n")
+        return 2
+    sys.stdout.write(table + "\n\n")
+    for path in figures:
+        sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+def _handle_aggregate(args: argparse.Namespace, dirs: list[Path], sweeps: list[Path]) -> int:
+    """Seeds grouped by setting (a sweep's, or ``--group-by`` over plain run dirs)."""
+    try:
+        groups: list[agg.Group] = []
+        notes: list[str] = []
+        for sweep in sweeps:
+            found, missing = agg.groups_from_sweep(sweep)
+            groups += found
+            notes += missing
+        plain = [d for d in dirs if d not in sweeps]
+        if plain:
+            groups += agg.group_runs(plain, args.group_by or "parent")
+        groups = [g for g in agg.merge(groups) if g.runs]
+        result = agg.aggregate(groups, args.target, args.baseline)
+    except (ReportError, ValueError) as exc:
+        sys.stderr.write(f"nitro report: {exc}\n")
+        return 2
+    out = Path(args.out) if args.out else (sweeps[0] if len(sweeps) == 1 else Path(".")) \
+        / "report"
+    sys.stdout.write(agg.markdown(result) + "\n\n")
+    for note in notes:
+        sys.stdout.write(f"note: {note}\n")
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1, default=str) + "\n",
+                                   encoding="utf-8")
+        sys.stdout.write(f"wrote {args.json}\n")
+    if not args.no_figures:
+        for path in agg.band_figures(groups, out):
+            sys.stdout.write(f"wrote {path}\n")
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    """Entry point of the ``nitro.commands`` group."""
+    parser = subparsers.add_parser(
+        "report", help="figures and a summary table from run directories or sweeps",
+        description="Draw PNG figures (eval return against env steps, time and cost; actors "
+                    "and boost score per round; cost per round) from run directories, "
+                    "overlaying several runs, and print a summary table. Given a sweep "
+                    "directory (nitro sweep) or --group-by, aggregate seeds per setting "
+                    "instead: mean and IQM with 95 %% bootstrap intervals (10,000 resamples, "
+                    "seeded), paired differences against --baseline, a Markdown table, "
+                    "--json rows, and curves with bands.",
+    )
+    parser.add_argument("run_dirs", nargs="+", metavar="DIR",
+                        help="a run's directory, or a sweep's (with sweep.json): a sweep is "
+                             "reported per setting, seeds aggregated")
+    parser.add_argument("--out", metavar="DIR",
+                        help="where the PNGs go (default RUN_DIR/report for one run or "
+                             "SWEEP/report for one sweep, ./report otherwise)")
+    parser.add_argument("--group-by", choices=("parent", "scaler", "name"),
+                        help="aggregate plain run dirs by their parent folder (a sweep's "
+                             "layout), scaler or run name")
+    parser.add_argument("--target", type=float, metavar="R",
+                        help="aggregated: cost, simulated time and env steps to the first "
+                             "evaluation at or above R")
+    parser.add_argument("--baseline", metavar="SETTING",
+                        help="aggregated: paired differences (by seed) against this setting")
+    parser.add_argument("--json", metavar="FILE",
+                        help="aggregated: write per-seed rows and statistics as JSON")
+    parser.add_argument("--no-figures", action="store_true",
+                        help="aggregated: the table only")
+    parser.set_defaults(handler=_handle)
