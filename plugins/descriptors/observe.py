@@ -11,7 +11,7 @@ PLUGINS = [
            "Live progress on a terminal; one plain line per round otherwise.",
            config={"progress": Field("str", "auto", "Live display: auto (only on a terminal), "
                                      "live, or plain.", choices=("auto", "live", "plain"))}),
-    Plugin("jsonl", "sink", "plugins.sinks.console:JsonlSink", "Chosen events as JSON lines.",
+    Plugin("jsonl", "sink", "plugins.sinks.jsonl_file:JsonlSink", "Chosen events as JSON lines.",
            config={"path": Field("str", "rounds.jsonl", "File in the run directory."),
                    "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all).")}),
     Plugin("csv", "sink", "plugins.sinks.csv_file:CsvSink",

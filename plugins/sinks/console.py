@@ -1,4 +1,4 @@
-"""Sinks: observers of the bus that write what users read.
+"""The console sink: what a user watches while a run trains.
 
 The console shows a live progress display (rich) when stdout is a terminal and plain lines
 otherwise, so logs, CI output and pipes stay greppable. What both paths show comes from one
@@ -7,7 +7,6 @@ otherwise, so logs, CI output and pipes stay greppable. What both paths show com
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from dataclasses import dataclass, field
@@ -275,30 +274,3 @@ class ConsoleSink:
 
     async def close(self) -> None:
         self._stop_live()
-
-
-class JsonlSink:
-    """Chosen event types as JSON lines in a file of the run directory (``rounds.jsonl``)."""
-
-    def __init__(self, ctx: PluginContext):
-        self.path = ctx.run_dir / ctx.config.get("path", "rounds.jsonl")
-        self.types = set(ctx.config.get("events", ["RoundFinished"]))
-        self.file: TextIO | None = None
-
-    async def start(self, ctx: PluginContext) -> None:
-        self.file = self.path.open("a", encoding="utf-8")
-
-    async def handle(self, event: Any) -> None:
-        if self.file is not None and ("*" in self.types or type(event).__name__ in self.types):
-            from kernel.jsonsafe import json_safe as _json_safe
-
-            self.file.write(json.dumps(_json_safe(event.to_dict())) + "\n")
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    async def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
