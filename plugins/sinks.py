@@ -15,7 +15,7 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
-from plugins.metrics import env_steps_per_s
+from plugins.metrics import FileSink, env_steps_per_s
 
 
 def _fmt(value: float | None, spec: str = ".1f") -> str:
@@ -277,7 +277,7 @@ class ConsoleSink:
         self._stop_live()
 
 
-class JsonlSink:
+class JsonlSink(FileSink):
     """Chosen event types as JSON lines in a file of the run directory (``rounds.jsonl``)."""
 
     def __init__(self, ctx: PluginContext):
@@ -293,12 +293,3 @@ class JsonlSink:
             from kernel.jsonsafe import json_safe as _json_safe
 
             self.file.write(json.dumps(_json_safe(event.to_dict())) + "\n")
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    async def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None
