@@ -7,18 +7,23 @@ cannot pay for another round; evaluation every 10 rounds and at stop (10 episode
 not charged). Runs go seed-major, so every setting sees the same machine load on average, and a
 rerun skips finished runs.
 
-    python perf/boost_hopper_budget.py run --pricing cpu --budget 0.004 --seeds 1-5
-    python perf/boost_hopper_budget.py run --pricing gpu --budget 0.06 --seeds 1-3
+    python perf/boost_hopper_budget.py run --pricing cpu --budget 0.004 --seeds 6-10
+    python perf/boost_hopper_budget.py store --pricing cpu       # into perf/boost_runs/
     python perf/boost_hopper_budget.py collect --pricing cpu     # rows, table and figures
 
-``collect`` aggregates with ``nitro report``'s statistics (mean, IQM, 95 % bootstrap intervals,
-paired differences against the best fixed N) and stores every per-seed row in
-perf/results/boost_hopper_<pricing>.json.
+``run`` writes whole runs under runs/boost_hopper/ (not kept in git); ``store`` keeps what the
+report reads of each finished run (its summary, plan and the events the curves come from) under
+perf/boost_runs/<pricing>/<setting>/seed-<s>/, so a later session adds seeds instead of starting
+over; ``collect`` aggregates the stored runs with ``nitro report``'s statistics (mean, IQM, 95 %
+bootstrap intervals, paired differences against a baseline) and writes every per-seed row to
+perf/results/boost_hopper_<pricing>.json and band figures to perf/figures/boost_hopper_<pricing>/.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import subprocess
 import sys
 import time
@@ -32,6 +37,11 @@ sys.path.insert(0, str(ROOT))
 from plugins.experiments import aggregate as agg  # noqa: E402
 
 PLAN = ROOT / "plans" / "hopper-nitro.toml"
+STORED = ROOT / "perf" / "boost_runs"
+#: What ``store`` keeps of a RoundFinished (the report's curves, and the round's facts).
+ROUND_FIELDS = ("round", "actors", "env_steps", "round_env_steps", "eval_return",
+                "episode_return_mean", "round_s", "learner_s", "probe_s", "sim_time_s",
+                "cost_usd", "ts", "probes")
 SETTINGS = {
     "fixed1": ['scaler={name="fixed"}', "actors.count=1"],
     "fixed2": ['scaler={name="fixed"}', "actors.count=2"],
@@ -74,8 +84,40 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _slim(event: dict) -> dict | None:
+    kind = event["event"]
+    if kind == "RoundFinished":
+        return {"event": kind, **{f: event.get(f) for f in ROUND_FIELDS}}
+    if kind == "ProbeMeasured":
+        value = event.get("values", {}).get("eval_return")
+        return None if event.get("probe") != "eval" else {
+            "event": kind, "round": event["round"], "probe": "eval",
+            "values": {"eval_return": value}}
+    if kind in ("RunStarted", "ScaleDecided", "CostCharged", "RunStopped"):
+        return event
+    return None
+
+
+def store(args: argparse.Namespace) -> int:
+    for summary in sorted((args.out / args.pricing).glob("*/seed-*/summary.json")):
+        run_dir = summary.parent
+        kept = STORED / args.pricing / run_dir.parent.name / run_dir.name
+        if (kept / "summary.json").exists():
+            continue
+        kept.mkdir(parents=True, exist_ok=True)
+        for name in ("summary.json", "plan.toml"):
+            shutil.copy(run_dir / name, kept / name)
+        with (run_dir / "events.jsonl").open() as src, (kept / "events.jsonl").open("w") as out:
+            for line in src:
+                event = _slim(json.loads(line))
+                if event is not None:
+                    out.write(json.dumps(event) + "\n")
+        c.log(f"stored {kept.relative_to(ROOT)}")
+    return 0
+
+
 def collect(args: argparse.Namespace) -> int:
-    dirs = sorted(p.parent for p in (args.out / args.pricing).glob("*/seed-*/summary.json"))
+    dirs = sorted(p.parent for p in (STORED / args.pricing).glob("*/seed-*/summary.json"))
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     table = agg.markdown(result)
@@ -93,7 +135,7 @@ def collect(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "collect"))
+    parser.add_argument("action", choices=("run", "store", "collect"))
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
@@ -103,7 +145,7 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=500.0)
     parser.add_argument("--baseline", default="fixed2")
     args = parser.parse_args()
-    return run(args) if args.action == "run" else collect(args)
+    return {"run": run, "store": store, "collect": collect}[args.action](args)
 
 
 if __name__ == "__main__":

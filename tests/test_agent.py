@@ -23,7 +23,9 @@ CARTPOLE = ROOT / "plans" / "cartpole.toml"
 
 def _train(out: Path, overrides: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
     """A seeded short run evaluated every round; returns its directory and last eval event."""
-    engine = Engine.from_plan(CARTPOLE, {"run.seed": 1, "sinks": [],
+    # A fixed snapshot point: the default's is timed from the machine's speed, and a seeded
+    # run must train the same on a loaded machine as on a quiet one.
+    engine = Engine.from_plan(CARTPOLE, {"run.seed": 1, "sinks": [], "run.snapshot_at": 0.5,
                                          "probes": [{"name": "eval", "every": 1,
                                                      "episodes": 10}], **overrides},
                               out_dir=out)
@@ -241,16 +243,30 @@ def test_enjoy_gives_a_one_line_hint_when_rendering_fails(cartpole_run: tuple[Pa
 
 def _write_fresh_checkpoint(run_dir: Path, spaces: dict[str, Any]) -> None:
     """A checkpoint as the engine writes it, holding an untrained model for ``spaces``."""
+    import dataclasses
+    import json
+
+    import numpy as np
     import torch
 
     from algos.nets import ActorCritic
     from kernel import codec
     from kernel.checkpoint import FORMAT
+    from kernel.run_state import RunState
+    from kernel.version import __version__
 
     torch.manual_seed(0)
     model = ActorCritic(spaces)
     weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
-    body = {"format": FORMAT, "learner": {"core": {"model": weights}, "obs_rms": None}}
+    state = dataclasses.asdict(RunState())
+    state.pop("history")
+    state.pop("seen_requests")
+    body = {"format": FORMAT, "nitro_version": __version__, "run_id": "fresh-0",
+            "plan_name": run_dir.name, "final": True, "wall_s": 0.0, "run_state": state,
+            "seen_requests": [], "history": [],
+            "learner": {"core": {"model": weights}, "obs_rms": None},
+            "scaler": None, "cost": None, "actors": None, "probes": {},
+            "rng": json.dumps(np.random.default_rng(0).bit_generator.state)}
     (run_dir / "checkpoints" / "ckpt-000001.nitro").write_bytes(codec.encode("checkpoint", body))
 
 

@@ -14,7 +14,7 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
-from plugins.sinks.metrics import round_values
+from plugins.sinks.metrics import FileSink, round_values
 
 #: (column, where it is read from, keys). ``round`` columns are ``plugins.sinks.metrics`` keys, the
 #: same names as every other sink; in ``probes`` and ``metrics`` the first key present wins
@@ -56,7 +56,7 @@ def _cell(value: Any) -> Any:
     return value
 
 
-class CsvSink:
+class CsvSink(FileSink):
     """Rows appended and flushed per round; a resumed run appends to the same file."""
 
     def __init__(self, ctx: PluginContext):
@@ -128,12 +128,3 @@ class CsvSink:
                     break
             out.append(value)
         return out
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    async def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None

@@ -11,9 +11,10 @@ import json
 from typing import Any, TextIO
 
 from kernel.roles import PluginContext
+from plugins.sinks.metrics import FileSink
 
 
-class JsonlSink:
+class JsonlSink(FileSink):
     """Chosen event types as JSON lines in a file of the run directory (``rounds.jsonl``)."""
 
     def __init__(self, ctx: PluginContext):
@@ -29,12 +30,3 @@ class JsonlSink:
             from kernel.jsonsafe import json_safe as _json_safe
 
             self.file.write(json.dumps(_json_safe(event.to_dict())) + "\n")
-
-    def flush(self) -> None:
-        if self.file is not None:
-            self.file.flush()
-
-    async def close(self) -> None:
-        if self.file is not None:
-            self.file.close()
-            self.file = None

@@ -209,3 +209,19 @@ class RoundRows:
                                   round_cost_usd=self._cost.pop(event.round, None),
                                   scale=self._scale.pop(event.round, None))
         return None
+
+
+class FileSink:
+    """A sink that writes one file-like object (a journal, a CSV, an event file): the engine
+    flushes it when the run's events stop, and it is closed once."""
+
+    file: Any = None
+
+    def flush(self) -> None:
+        if self.file is not None:
+            self.file.flush()
+
+    async def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+            self.file = None

@@ -18,15 +18,15 @@ from typing import Any
 
 from kernel import events as ev
 from kernel.roles import PluginContext
-from plugins.sinks.metrics import learner_tag, round_values, tensorboard_tag
+from plugins.sinks.metrics import FileSink, learner_tag, round_values, tensorboard_tag
 
 
-class TensorboardSink:
+class TensorboardSink(FileSink):
     def __init__(self, ctx: PluginContext):
         self.logdir = ctx.run_dir / ctx.config.get("dir", "tensorboard")
         self.step_by = ctx.config.get("step", "env_steps")
         self.tag_style = ctx.config.get("tag_style", "nitro")
-        self.writer: Any = None
+        self.file: Any = None
         self._started_ts: float | None = None
         self._scale: dict[int, ev.ScaleDecided] = {}
         self._cost: dict[int, float] = {}
@@ -34,28 +34,28 @@ class TensorboardSink:
     async def start(self, ctx: PluginContext) -> None:
         from tensorboardX import SummaryWriter
 
-        self.writer = SummaryWriter(logdir=str(self.logdir), flush_secs=30)
+        self.file = SummaryWriter(logdir=str(self.logdir), flush_secs=30)
 
     def _add(self, tag: str, value: Any, step: int) -> None:
         if value is None or isinstance(value, bool):
             return
         value = float(value)
         if math.isfinite(value):
-            self.writer.add_scalar(tag, value, step)
+            self.file.add_scalar(tag, value, step)
 
     async def handle(self, event: Any) -> None:
-        if self.writer is None:
+        if self.file is None:
             return
         if isinstance(event, ev.RunStarted):
             self._started_ts = event.ts
-            self.writer.add_text("run", f"{event.name} ({event.run_id})", 0)
+            self.file.add_text("run", f"{event.name} ({event.run_id})", 0)
         elif isinstance(event, ev.ScaleDecided):
             self._scale[event.round] = event
         elif isinstance(event, ev.CostCharged):
             self._cost[event.round] = event.round_usd
         elif isinstance(event, ev.RoundFinished):
             self._round(event)
-            self.writer.flush()
+            self.file.flush()
 
     def _round(self, e: ev.RoundFinished) -> None:
         step = e.env_steps if self.step_by == "env_steps" else e.round
@@ -74,12 +74,3 @@ class TensorboardSink:
         for key, value in (scale.detail if scale is not None else {}).items():
             if key != "score":  # the score is boost_score
                 self._add(f"scaler/{key}", value, step)
-
-    def flush(self) -> None:
-        if self.writer is not None:
-            self.writer.flush()
-
-    async def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
