@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from envs import describe
 from kernel.roles import PluginContext
-from plugins.learners.onpolicy import OnPolicyLearner, _env_spec, resolve_device
+from plugins.learners.onpolicy import OnPolicyLearner, env_spec_of, resolve_device
 
 
 def make_a2c(ctx: PluginContext) -> OnPolicyLearner:
@@ -16,6 +16,6 @@ def make_a2c(ctx: PluginContext) -> OnPolicyLearner:
     cfg = {k: v for k, v in ctx.config.items() if k != "name"}
     cfg["hidden_sizes"] = tuple(cfg.get("hidden_sizes", (64, 64)))
     torch.manual_seed(ctx.seed)
-    spaces = describe(_env_spec(ctx.plan))
+    spaces = describe(env_spec_of(ctx.plan))
     core = A2C(spaces, A2CConfig(**cfg), device=resolve_device(ctx.plan["run"]["device"]))
     return OnPolicyLearner(ctx, core, spaces, ctx.name)
