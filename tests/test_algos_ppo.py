@@ -353,7 +353,6 @@ def train_cartpole(
     return finished, global_step
 
 
-@pytest.mark.slow  # trains to a target return: minutes on 2 cores
 def test_cartpole_learns() -> None:
     """4 envs x 128 steps, SAME_STEP autoreset, raw obs and rewards: mean of the last 20
     episodes >= 195 within 100k steps (CleanRL's CartPole settings)."""

@@ -91,7 +91,6 @@ def test_plan_with_an_unknown_a2c_key_fails_before_running(tmp_path: Path) -> No
     assert "algo.lr" in proc.stderr
 
 
-@pytest.mark.slow  # trains to a target return: minutes on 2 cores
 def test_a2c_learns_cartpole(tmp_path: Path) -> None:
     plan = tmp_path / "plan.toml"
     plan.write_text(A2C_PLAN)

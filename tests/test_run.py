@@ -52,7 +52,6 @@ def test_a_seeded_run_replays_exactly(tmp_path: Path, run: dict) -> None:
     assert trace("b") == first
 
 
-@pytest.mark.slow  # trains to a target return: minutes on 2 cores
 def test_cartpole_learns_to_475(tmp_path: Path) -> None:
     """The default plan reaches an eval return of 475 well inside 150k env steps (seeded)."""
     engine = Engine.from_plan(CARTPOLE, {"stop.max_env_steps": 150_000, "run.seed": 3},

@@ -28,7 +28,6 @@ def run(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
     return asyncio.run(engine.run())
 
 
-@pytest.mark.slow  # trains to a target return: minutes on 2 cores
 @pytest.mark.parametrize(
     "algo",
     [{"algo.name": "impala"}, {"algo.name": "appo", "algo.update_epochs": 4}],
