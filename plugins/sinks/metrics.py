@@ -225,3 +225,15 @@ class FileSink:
         if self.file is not None:
             self.file.close()
             self.file = None
+
+
+class TrackerSink:
+    """What the W&B and MLflow sinks share: the run they log, its plan, and one row per round."""
+
+    def __init__(self, ctx: Any):
+        self.config = ctx.config
+        self.plan = ctx.plan
+        self.run_dir = ctx.run_dir
+        self.run_id = ctx.run_id
+        self.rows = RoundRows()
+        self._stop_reason: str | None = None

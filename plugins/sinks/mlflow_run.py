@@ -20,7 +20,7 @@ from typing import Any
 from kernel import events as ev
 from kernel import logs
 from kernel.roles import PluginContext
-from plugins.sinks.metrics import RoundRows, require_extra
+from plugins.sinks.metrics import TrackerSink, require_extra
 
 #: MLflow accepts at most 100 parameters per ``log_batch`` call.
 _PARAMS_PER_BATCH = 100
@@ -47,17 +47,12 @@ def flatten(plan: Any, prefix: str = "") -> dict[str, str]:
     return out
 
 
-class MlflowSink:
+class MlflowSink(TrackerSink):
     def __init__(self, ctx: PluginContext):
         check(ctx.config, ctx.plan)
-        self.config = ctx.config
-        self.plan = ctx.plan
-        self.run_dir = ctx.run_dir
-        self.run_id = ctx.run_id
+        super().__init__(ctx)
         self.client: Any = None
         self.mlflow_run_id: str | None = None
-        self.rows = RoundRows()
-        self._stop_reason: str | None = None
 
     @property
     def tracking_uri(self) -> str:

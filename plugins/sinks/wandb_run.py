@@ -18,7 +18,7 @@ from typing import Any
 from kernel import events as ev
 from kernel import logs
 from kernel.roles import PluginContext
-from plugins.sinks.metrics import RoundRows, require_extra
+from plugins.sinks.metrics import TrackerSink, require_extra
 
 
 def check(section: dict[str, Any], plan: dict[str, Any]) -> None:
@@ -26,16 +26,11 @@ def check(section: dict[str, Any], plan: dict[str, Any]) -> None:
     require_extra("wandb", "wandb")
 
 
-class WandbSink:
+class WandbSink(TrackerSink):
     def __init__(self, ctx: PluginContext):
         check(ctx.config, ctx.plan)
-        self.config = ctx.config
-        self.plan = ctx.plan
-        self.run_dir = ctx.run_dir
-        self.run_id = ctx.run_id
+        super().__init__(ctx)
         self.run: Any = None
-        self.rows = RoundRows()
-        self._stop_reason: str | None = None
 
     async def start(self, ctx: PluginContext) -> None:
         self.run = await asyncio.to_thread(self._init)
