@@ -81,6 +81,8 @@ class RunParts:
     state: RunState
     roles: Roles
     rng_state: dict[str, Any]
+    #: What the round scheduler had started for the next round (pipelined), or None.
+    rounds: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,7 @@ class Restored:
     state: RunState
     rng_state: dict[str, Any]
     wall_s: float
+    rounds: dict[str, Any] | None = None
 
 
 class Checkpointer:
@@ -121,6 +124,7 @@ class Checkpointer:
             "actors": roles.actors.state(),
             "probes": {slot.name: slot.probe.state() for slot in roles.probes},
             "rng": json.dumps(run.rng_state),
+            "rounds": run.rounds,
         }
         payload = codec.encode("checkpoint", body)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -236,8 +240,10 @@ def restore(body: dict[str, Any], roles: Roles) -> Restored:
         saved = body.get("probes", {}).get(slot.name)
         if saved is not None:
             slot.probe.load_state(saved)
+    rounds = body.get("rounds")
     return Restored(state=state, rng_state=json.loads(body["rng"]),
-                    wall_s=float(body.get("wall_s", 0.0)))
+                    wall_s=float(body.get("wall_s", 0.0)),
+                    rounds=rounds if isinstance(rounds, dict) else None)
 
 
 def find(run_dir: Path) -> dict[str, Any]:

@@ -62,6 +62,9 @@ class Coordinator:
         self.rng = rng
         self.rules = rules
         self.intake = Intake(plan, run_id, roles, state, publish, stop_requested)
+        #: The weights of the newest version published (a pipelined run checkpoints the ones its
+        #: next fan-out was launched with).
+        self.published_weights: Weights | None = None
         #: A decision taken ahead for the round being trained (overlapped modes, scalers that
         #: read no measurements): the round's end must not ask the scaler a second time.
         self.decided_ahead: int | None = None
@@ -112,6 +115,7 @@ class Coordinator:
         with blame(roles.transport):
             await roles.transport.publish_weights(version, payload)
         s.version = version
+        self.published_weights = weights
         self.publish(ev.WeightsPublished(round=number, version=version, bytes=len(payload),
                                          encode_ms=encode_ms))
         return version

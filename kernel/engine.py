@@ -87,6 +87,8 @@ class Engine:
         self._readers = 0
         self._t_start = time.perf_counter()
         self._wall_before = 0.0
+        self._rounds: Any = None
+        self._rounds_restored: dict[str, Any] | None = None
         self.first_errors = logs.FirstErrors()
 
     @classmethod
@@ -294,7 +296,9 @@ class Engine:
         coordinator = Coordinator(self.plan, self.run_id, self._roles, self.state, self.publish,
                                   self.stop_requested, self.rng, rules)
         mode = self.plan["run"]["mode"]
-        rounds: Any = coordinator if mode == "sync" else OverlappedRounds(coordinator, mode)
+        rounds: Any = coordinator if mode == "sync" else \
+            OverlappedRounds(coordinator, mode, resume=self._rounds_restored)
+        self._rounds = rounds
         reason = "error"
         sink_subs = [(sink, self.bus.subscribe(f"sink-{sink.name}", maxsize=8192))
                      for sink in self._sinks]
@@ -348,7 +352,8 @@ class Engine:
         assert self._roles is not None
         return checkpoint.RunParts(
             run_id=self.run_id, plan_name=self.plan["run"]["name"], wall_s=self.wall_s(),
-            state=self.state, roles=self._roles, rng_state=self.rng.bit_generator.state)
+            state=self.state, roles=self._roles, rng_state=self.rng.bit_generator.state,
+            rounds=self._rounds.state() if isinstance(self._rounds, OverlappedRounds) else None)
 
     def _restore(self, body: dict[str, Any]) -> None:
         assert self._roles is not None
@@ -356,6 +361,7 @@ class Engine:
         self.state = restored.state
         self.rng.bit_generator.state = restored.rng_state
         self._wall_before = restored.wall_s
+        self._rounds_restored = restored.rounds
 
     def wall_s(self) -> float:
         return self._wall_before + (time.perf_counter() - self._t_start)

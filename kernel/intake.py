@@ -112,7 +112,22 @@ class Intake:
                  "round": number, "seed": seed, "steps": self.plan["actors"]["steps"],
                  "env": self.roles.env_spec, "algo": actor_spec,
                  "transport": self.roles.transport.public_spec()}
+        ckpt = self.plan["checkpoint"]
+        if ckpt["exact_resume"]:
+            # Episodes restart with each periodic checkpoint's epoch, which is all a resumed
+            # run cannot restore of the actors' warm envs.
+            event["episode_epoch"] = (number - 1) // ckpt["every"]
         return Invocation(request_id=request_id, version=version, round=number, event=event)
+
+    @property
+    def run_index(self) -> int:
+        """Where invocation indices continue when they count across the run (``per_round``
+        off): part of what a checkpoint keeps, so a resumed run draws the same seeds."""
+        return self._indices.get(0, 1)
+
+    @run_index.setter
+    def run_index(self, index: int) -> None:
+        self._indices[0] = index
 
     def launch(self, number: int, version: int, count: int, actor_spec: dict[str, Any]) -> int:
         """Start ``count`` invocations for round ``number`` with weights ``version``."""

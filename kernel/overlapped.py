@@ -100,7 +100,8 @@ class FleetSize:
 
 
 class OverlappedRounds:
-    def __init__(self, coordinator: Coordinator, mode: str):
+    def __init__(self, coordinator: Coordinator, mode: str,
+                 resume: dict[str, Any] | None = None):
         self.c = coordinator
         self.intake = coordinator.intake
         self.mode = mode
@@ -122,6 +123,9 @@ class OverlappedRounds:
         self.fleet = FleetSize(coordinator.rules.n_min, self.target, self.max_lag,
                                plan["actors"]["batches_per_update"] or self.target)
         self._invocation_s: float | None = None
+        #: Pipelined: the fan-out started ahead for the next round, as a checkpoint keeps it.
+        self._ahead: dict[str, Any] | None = None
+        self._resume = resume if mode == "pipelined" else None
         if mode == "async":
             self.intake.on_done = self._top_up
             self.intake.on_settled = self._fill
@@ -132,6 +136,39 @@ class OverlappedRounds:
         if self._spec is None:
             self._spec = self.c.actor_spec()
         return self.intake.launch(number, self.c.state.version, count, self._spec)
+
+    def _launch_next(self, number: int, count: int) -> int:
+        """Pipelined: start round ``number + 1``'s fan-out ahead of its round, and remember
+        what it was started with (weights, their version, the first invocation's index)."""
+        self._ahead = {"round": number + 1, "count": count, "version": self.c.state.version,
+                       "first_index": self.intake.run_index, "weights": self.c.published_weights}
+        self._launched_next = self._launch(number + 1, count)
+        return self._launched_next
+
+    def state(self) -> dict[str, Any] | None:
+        """What a checkpoint between rounds keeps: the fan-out already started for the next
+        round. A run resumed from it starts the same invocations with the same weights, so it
+        replays what the uninterrupted run did (with a fixed snapshot point)."""
+        ahead = self._ahead
+        if ahead is None or ahead["round"] != self.c.state.round + 1 or ahead["weights"] is None:
+            return None
+        return {"ahead": ahead}
+
+    async def _relaunch(self, number: int, ahead: dict[str, Any]) -> None:
+        """Start again the fan-out a checkpoint says was in flight: its weights republished
+        under their version, then the newest weights under theirs (the run's version)."""
+        c, s = self.c, self.c.state
+        newest = s.version
+        s.version = int(ahead["version"]) - 1
+        await c.publish_weights(number, ahead["weights"])
+        if s.version < newest:
+            s.version = newest - 1
+            await c.publish_weights(number)
+        self.intake.run_index = int(ahead["first_index"])
+        self._spec = self._spec or c.actor_spec()
+        self._ahead = {**ahead, "round": number}
+        self._launched_next = self.intake.launch(number, int(ahead["version"]),
+                                                 int(ahead["count"]), self._spec)
 
     def _top_up(self, ok: bool) -> None:
         """Async mode: keep ``target`` in flight; an actor that fails at once must not turn
@@ -157,10 +194,14 @@ class OverlappedRounds:
         t_round = time.perf_counter()
         number = s.round + 1
         if not self._started:
-            await c.publish_weights(number)
             self._started = True
-            first = self.fleet.value if self.mode == "async" else self.target
-            self._launched_next = self._launch(number, first)
+            resume, self._resume = self._resume, None
+            if resume is not None and resume.get("ahead", {}).get("round") == number:
+                await self._relaunch(number, resume["ahead"])
+            else:
+                await c.publish_weights(number)
+                first = self.fleet.value if self.mode == "async" else self.target
+                self._launched_next = self._launch(number, first)
         c.publish(ev.RoundStarted(round=number, actors=self.target, version=s.version))
         t_actors = time.perf_counter()
         if self.mode == "async":
@@ -199,12 +240,12 @@ class OverlappedRounds:
         await c.publish_weights(number)
         if snapshot is not None and snapshot_task is None:
             # The update ended before the snapshot point (an early KL stop): fresh weights.
-            self._launched_next = self._launch(number + 1, self._next_size)
+            self._launch_next(number, self._next_size)
 
         async def launch_decided(record: RoundRecord) -> None:
             if c.rules.after_round(record) is None:
                 size = c.rules.fan_out_size(s.actors_next, 0, 0.0, rounds_pending=0)
-                self._launched_next = self._launch(number + 1, size)
+                self._launch_next(number, size)
 
         record = await c.finish_round(
             number, n, batches, receipts, metrics, t_round=t_round, actor_s=actor_s,
@@ -245,7 +286,7 @@ class OverlappedRounds:
             return None
         at = self._snapshot_at(sample_s)
         if at is None:
-            self._launched_next = self._launch(number + 1, size)
+            self._launch_next(number, size)
             return None
         return self._snapshot_request(number, at)
 
@@ -273,7 +314,7 @@ class OverlappedRounds:
 
     async def _publish_and_launch(self, number: int, weights: Weights) -> None:
         await self.c.publish_weights(number, weights)
-        self._launched_next = self._launch(number + 1, self._next_size)
+        self._launch_next(number, self._next_size)
 
     def _report_lag(self, number: int, batches: list[Batch], stale: int,
                     trained_fraction: float | None) -> None:

@@ -87,6 +87,9 @@ CHECKPOINT = {
     "every": Field("int", 0, "Write a checkpoint every k rounds (0: only on stop).", min=0),
     "keep": Field("int", 3, "Checkpoints kept.", min=1),
     "enabled": Field("bool", True, "Write checkpoints at all."),
+    "exact_resume": Field("bool", False, "Actors start new episodes at every periodic "
+                          "checkpoint, so a run resumed from one replays the rounds the "
+                          "uninterrupted run played (episodes cut every `every` rounds)."),
 }
 LIST_ITEM = {"name": Field("str", doc="plugin name.")}
 PROBE_ITEM = {
@@ -259,6 +262,11 @@ def _cross_checks(plan: dict[str, Any]) -> None:
             "stop", "at least one of max_rounds, max_env_steps, max_wall_s, budget_usd",
             note="a run needs an end",
         )
+    ckpt = plan["checkpoint"]
+    if ckpt["exact_resume"] and not (ckpt["enabled"] and ckpt["every"] > 0):
+        raise PlanError("checkpoint.exact_resume", "false unless checkpoint.every > 0 with "
+                        "checkpoints enabled", True,
+                        note="episodes restart at periodic checkpoints, and this plan writes none")
     actors = plan["actors"]
     top = actors["max"] if actors["max"] is not None else max(actors["count"], actors["min"])
     if not actors["min"] <= actors["count"] <= top:

@@ -175,9 +175,9 @@ def test_a_resume_restores_every_piece_of_state(tmp_path: Path) -> None:
 
 # -- an interrupted run continues exactly ----------------------------------------------------
 
-SYNC = {"run.mode": "sync", "run.seed": 7, "stop.max_rounds": 6, "stop.target_return": 1e9,
-        "actors.steps": 64, "actors.count": 2, "probes": [], "sinks": [],
-        "checkpoint.every": 1, "env.normalize_obs": True}
+EXACT = {"run.seed": 7, "stop.max_rounds": 6, "stop.target_return": 1e9,
+         "actors.steps": 64, "actors.count": 2, "probes": [], "sinks": [],
+         "checkpoint.every": 2, "checkpoint.exact_resume": True, "env.normalize_obs": True}
 
 
 def _losses(out: Path) -> dict[int, dict[str, float]]:
@@ -189,31 +189,32 @@ def _weights(engine: Engine) -> dict:
     return engine._roles.learner.weights()  # type: ignore[union-attr]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "actors' warm samplers are not part of a checkpoint: in the uninterrupted run round 4 "
-    "continues the episodes of round 3 in the same worker (plugins/function/handler.py keeps "
-    "_warm.samplers, built once with the first invocation's seed), a resumed run builds fresh "
-    "samplers seeded by round 4's invocation, so rollouts and losses differ from round 4 on"))
-def test_an_interrupted_sync_run_matches_an_uninterrupted_one_round_by_round(
-        tmp_path: Path) -> None:
-    straight = Engine.from_plan(CARTPOLE, SYNC, out_dir=tmp_path / "straight")
+@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+def test_an_interrupted_run_matches_an_uninterrupted_one_round_by_round(
+        tmp_path: Path, mode: str) -> None:
+    """With ``checkpoint.exact_resume``, stopped at a periodic checkpoint (round 4 of 6, so
+    rounds 2, 4 and 6 continue their epoch's episodes) and resumed: the same losses every
+    round and the same final weights. Pipelined rounds replay when their fan-out takes a
+    fixed snapshot (``run.snapshot_at``)."""
+    plan = {**EXACT, "run.mode": mode, **({"run.snapshot_at": 0.5} if mode == "pipelined" else {})}
+    straight = Engine.from_plan(CARTPOLE, plan, out_dir=tmp_path / "straight")
     asyncio.run(straight.run())
     expected = _losses(tmp_path / "straight")
     assert sorted(expected) == list(range(1, 7))
 
     out = tmp_path / "stopped"
-    first = Engine.from_plan(CARTPOLE, SYNC, out_dir=out)
+    first = Engine.from_plan(CARTPOLE, plan, out_dir=out)
 
-    async def stop_after_round_3(event: object) -> None:
+    async def stop_after_round_4(event: object) -> None:
         from kernel import events as ev
 
-        if isinstance(event, ev.RoundFinished) and event.round == 3:
+        if isinstance(event, ev.RoundFinished) and event.round == 4:
             first.request_stop("test interruption")
 
     from tests.conftest import run_watching
 
-    summary = run_watching(first, stop_after_round_3)
-    assert summary["rounds"] == 3, summary
+    summary = run_watching(first, stop_after_round_4)
+    assert summary["rounds"] == 4, summary
 
     async def resume() -> dict:
         again = Engine.resume(out)
@@ -227,3 +228,53 @@ def test_an_interrupted_sync_run_matches_an_uninterrupted_one_round_by_round(
     for number in range(1, 7):
         assert got[number] == pytest.approx(expected[number], rel=1e-6, abs=1e-9), number
     _assert_same(_weights(straight), final, "weights")
+
+
+CARTPOLE_ENV = {"id": "CartPole-v1", "num_envs": 2, "normalize_obs": False,
+                "normalize_reward": False}
+
+
+def test_a_new_episode_epoch_restarts_the_actors_envs_and_nothing_else_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What ``checkpoint.exact_resume`` rests on: within an epoch a warm actor's episodes run
+    on from one invocation to the next; a new epoch starts them afresh from the invocation's
+    seed, exactly as the cold actor of a resumed run does. The actor function in-process."""
+    from algos.ppo import PPO, PPOConfig
+    from envs import describe
+    from plugins.actors.workers import InvokeContext
+    from plugins.function import handler as fn
+
+    core = PPO(describe(CARTPOLE_ENV), PPOConfig())
+    weights = codec.encode("weights", {"version": 0, "weights": {"model": core.weights()}})
+
+    def first_obs(seed: int, epoch: int | None) -> np.ndarray:
+        """The first observation of the rollout an invocation returns."""
+        event = {"run_id": "epochs", "request_id": f"r-{seed}", "version": 0, "seed": seed,
+                 "steps": 16, "env": CARTPOLE_ENV, "algo": {"algo": "ppo", **core.actor_spec()},
+                 "transport": {"kind": "inline"}}
+        if epoch is not None:
+            event["episode_epoch"] = epoch
+        context = InvokeContext(aws_request_id=event["request_id"], function_name="nitro-actor",
+                                memory_limit_in_mb=1769,
+                                deadline_ms=time.time() * 1000 + 60_000, attachment=weights)
+        fn.handler(event, context)
+        body = codec.decode(context.returned_payload, kind="batch")
+        return np.asarray(body["data"]["obs"][0])
+
+    cold = {}
+    for seed in (11, 12):
+        monkeypatch.setattr(fn, "_warm", fn._Warm())  # a fresh execution environment
+        cold[seed] = first_obs(seed, 1)
+
+    monkeypatch.setattr(fn, "_warm", fn._Warm())
+    first_obs(11, None)  # no epoch in the event: epoch 0
+    assert not np.allclose(first_obs(12, 0), cold[12]), "same epoch: the episodes go on"
+    np.testing.assert_array_equal(first_obs(12, 1), cold[12])  # a new epoch: afresh
+    assert not np.allclose(first_obs(11, 1), cold[11]), "and go on within the new epoch"
+
+
+def test_exact_resume_needs_periodic_checkpoints() -> None:
+    from kernel.schema import PlanError
+
+    with pytest.raises(PlanError, match=r"checkpoint\.exact_resume: .*checkpoint\.every > 0"):
+        Engine.from_plan(CARTPOLE, {"checkpoint.exact_resume": True, "checkpoint.every": 0})

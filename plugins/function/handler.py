@@ -51,6 +51,10 @@ _EVENT_FIELDS: dict[str, type | tuple[type, ...]] = {
     "algo": dict,
     "transport": dict,
 }
+#: Optional: the event's episode epoch. Envs are kept warm between invocations so episodes run
+#: on across rounds; a new epoch starts them afresh from the invocation's seed, which is what
+#: lets a run resumed from a checkpoint replay the rounds an uninterrupted run played.
+EPOCH_FIELD = "episode_epoch"
 #: A fragment larger than this would not fit Lambda's memory or payload limits anyway.
 MAX_STEPS = 1_000_000
 #: The plan's own bound on envs per actor.
@@ -144,7 +148,9 @@ class _Warm:
     """What survives between invocations of one execution environment."""
 
     invocations: int = 0
-    samplers: _Lru[str, Any] = field(default_factory=lambda: _Lru(WARM_RUNS, _close))
+    #: env key -> (episode epoch, sampler)
+    samplers: _Lru[str, tuple[int, Any]] = field(
+        default_factory=lambda: _Lru(WARM_RUNS, lambda item: _close(item[1])))
     policies: _Lru[str, _PolicyState] = field(default_factory=lambda: _Lru(WARM_RUNS))
     clients: _Lru[str, Any] = field(default_factory=lambda: _Lru(WARM_RUNS, _close))
     transfers: _TransferClock = field(default_factory=_TransferClock)
@@ -184,6 +190,9 @@ def validate_event(event: Any) -> dict[str, Any]:
         raise EventRefused("bad_event", "event version must be >= 0 (and below 2**63)")
     if not 0 <= event["seed"] < 1 << 63:
         raise EventRefused("bad_event", "event seed must be in 0..2**63-1")
+    epoch = event.get(EPOCH_FIELD, 0)
+    if not isinstance(epoch, int) or isinstance(epoch, bool) or not 0 <= epoch < 1 << 63:
+        raise EventRefused("bad_event", f"event {EPOCH_FIELD} must be an integer in 0..2**63-1")
     for key in ("run_id", "request_id"):
         if not 0 < len(event[key]) <= MAX_ID_CHARS:
             raise EventRefused("bad_event", f"event {key} must have 1..{MAX_ID_CHARS} characters")
@@ -325,7 +334,9 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     run_id, version = event["run_id"], event["version"]
     env_key = json.dumps([run_id, event["env"]], sort_keys=True)
     algo_key = json.dumps([run_id, event["algo"]], sort_keys=True)
-    sampler = _warm.samplers.get(env_key)
+    epoch = event.get(EPOCH_FIELD, 0)
+    warm_sampler = _warm.samplers.get(env_key)
+    sampler = warm_sampler[1] if warm_sampler is not None and warm_sampler[0] == epoch else None
     if sampler is None:
         _check_registered(event["env"])  # before any connection or work
     client = _client(event["transport"], context)
@@ -345,7 +356,10 @@ def handler(event: Any, context: Any) -> dict[str, Any]:
     if sampler is None:
         from envs import Sampler
 
-        sampler = _warm.samplers.put(env_key, Sampler(event["env"], seed=event["seed"]))
+        if warm_sampler is not None:  # an older epoch's episodes end here
+            _close(warm_sampler[1])
+        sampler = Sampler(event["env"], seed=event["seed"])
+        _warm.samplers.put(env_key, (epoch, sampler))
     _check_rollout_bytes(sampler, event["steps"])
     # Action noise from the invocation's seed: a run replays exactly, whichever warm process
     # (or Lambda environment) serves each call.
