@@ -1,22 +1,25 @@
-"""Equal-budget boosting on Hopper-v5 at the scale of plans/hopper-nitro.toml: the study behind
-the results in docs/boosting.md.
+"""Equal-budget boosting on a MuJoCo task at the scale of plans/hopper-nitro.toml: the study
+behind the results in docs/boosting.md.
 
-Every setting trains PPO on Hopper-v5 (1 to 16 actors of 2 envs x 256 steps, minibatches of 256
+Every setting trains PPO on the task (Hopper-v5 unless ``--task`` says otherwise; 1 to 16 actors of 2 envs x 256 steps, minibatches of 256
 samples so a bigger round takes more optimiser steps) in the simulated cloud until its budget
 cannot pay for another round; evaluation every 10 rounds and at stop (10 episodes, measured but
 not charged). Runs go seed-major, so every setting sees the same machine load on average, and a
 rerun skips finished runs.
 
-    python perf/boost_hopper_budget.py run --pricing cpu --budget 0.004 --seeds 6-10
-    python perf/boost_hopper_budget.py store --pricing cpu       # into perf/boost_runs/
-    python perf/boost_hopper_budget.py collect --pricing cpu     # rows, table and figures
+    python perf/boost_budget.py run --pricing cpu --budget 0.004 --seeds 6-10
+    python perf/boost_budget.py store --pricing cpu       # into perf/boost_runs/
+    python perf/boost_budget.py collect --pricing cpu     # rows, table and figures
+    python perf/boost_budget.py run --task Walker2d-v5 --pricing gpu --budget 0.06 --seeds 1-5
 
-``run`` writes whole runs under runs/boost_hopper/ (not kept in git); ``store`` keeps what the
-report reads of each finished run (its summary, plan and the events the curves come from) under
-perf/boost_runs/<pricing>/<setting>/seed-<s>/, so a later session adds seeds instead of starting
-over; ``collect`` aggregates the stored runs with ``nitro report``'s statistics (mean, IQM, 95 %
-bootstrap intervals, paired differences against a baseline) and writes every per-seed row to
-perf/results/boost_hopper_<pricing>.json and band figures to perf/figures/boost_hopper_<pricing>/.
+``run`` writes whole runs under runs/boost/ (not kept in git); ``store`` keeps what the report
+reads of each finished run (its summary, plan and the events the curves come from) under
+perf/boost_runs/[<task>/]<pricing>/<setting>/seed-<s>/ (Hopper's runs have no task folder), so a
+later session adds seeds instead of starting over; ``collect`` aggregates the stored runs with
+``nitro report``'s statistics (mean, IQM, 95 % bootstrap intervals, paired differences against a
+baseline) and writes every per-seed row to perf/results/boost_<task>_<pricing>.json and band
+figures to perf/figures/boost_<task>_<pricing>/ (task in lower case without its version, e.g.
+``boost_hopper_gpu``).
 """
 
 from __future__ import annotations
@@ -66,20 +69,35 @@ def seeds(text: str) -> list[int]:
     return out
 
 
+#: The paper's MuJoCo tasks.
+TASKS = ("Hopper-v5", "Walker2d-v5", "Humanoid-v5")
+
+
+def task_slug(task: str) -> str:
+    """``Walker2d-v5`` -> ``walker2d``: the task's part of folder and result names."""
+    return task.split("-")[0].lower()
+
+
+def task_dir(root: Path, task: str, pricing: str) -> Path:
+    """Hopper's runs were stored before other tasks were: they keep the folder without a task."""
+    return root / pricing if task == "Hopper-v5" else root / task_slug(task) / pricing
+
+
 def run(args: argparse.Namespace) -> int:
     names = args.settings or list(SETTINGS)
     for seed in seeds(args.seeds):
         for name in names:
-            out = args.out / args.pricing / name / f"seed-{seed}"
+            out = task_dir(args.out, args.task, args.pricing) / name / f"seed-{seed}"
             if (out / "summary.json").exists():
                 continue
             sets = [f"run.seed={seed}", f"stop.budget_usd={args.budget}",
-                    f'cost.learner="{args.pricing}"', *COMMON, *SETTINGS[name]]
+                    f'cost.learner="{args.pricing}"', f'env.id="{args.task}"', *COMMON,
+                    *SETTINGS[name]]
             cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out),
                    "--force", *[a for s in sets for a in ("--set", s)]]
             t0 = time.perf_counter()
             done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            c.log(f"{name} seed {seed}: exit {done.returncode} in "
+            c.log(f"{args.task} {name} seed {seed}: exit {done.returncode} in "
                   f"{time.perf_counter() - t0:.0f} s")
     return 0
 
@@ -99,9 +117,10 @@ def _slim(event: dict) -> dict | None:
 
 
 def store(args: argparse.Namespace) -> int:
-    for summary in sorted((args.out / args.pricing).glob("*/seed-*/summary.json")):
+    for summary in sorted(task_dir(args.out, args.task, args.pricing)
+                          .glob("*/seed-*/summary.json")):
         run_dir = summary.parent
-        kept = STORED / args.pricing / run_dir.parent.name / run_dir.name
+        kept = task_dir(STORED, args.task, args.pricing) / run_dir.parent.name / run_dir.name
         if (kept / "summary.json").exists():
             continue
         kept.mkdir(parents=True, exist_ok=True)
@@ -117,14 +136,16 @@ def store(args: argparse.Namespace) -> int:
 
 
 def collect(args: argparse.Namespace) -> int:
-    dirs = sorted(p.parent for p in (STORED / args.pricing).glob("*/seed-*/summary.json"))
+    stored = task_dir(STORED, args.task, args.pricing)
+    dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
+    name = f"boost_{task_slug(args.task)}_{args.pricing}"
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     table = agg.markdown(result)
-    figures = agg.band_figures(groups, ROOT / "perf" / "figures" / f"boost_hopper_{args.pricing}")
-    c.write_result(f"boost_hopper_{args.pricing}", {
-        "title": f"Boosting at equal budget, Hopper-v5, learner priced as {args.pricing}",
-        "protocol": {"plan": str(PLAN.relative_to(ROOT)), "sets": COMMON,
+    figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
+    c.write_result(name, {
+        "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}",
+        "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": COMMON,
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
                      "baseline": args.baseline},
         **result, "text": table,
@@ -136,12 +157,13 @@ def collect(args: argparse.Namespace) -> int:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "store", "collect"))
+    parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
     parser.add_argument("--seeds", default="1-5")
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS))
-    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "boost_hopper")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "boost")
     parser.add_argument("--target", type=float, default=500.0)
     parser.add_argument("--baseline", default="fixed2")
     args = parser.parse_args()
