@@ -33,6 +33,7 @@ import time
 from pathlib import Path
 
 import common as c
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -135,20 +136,53 @@ def store(args: argparse.Namespace) -> int:
     return 0
 
 
+def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
+    """What the Hessian probe cost, per setting whose rounds ran it: its share of each round's
+    wall time (rounds without an evaluation, whose time would count as probe time too) and of
+    the dollars charged (``probe_usd`` of every CostCharged)."""
+    shares: dict[str, list[float]] = {}
+    usd: dict[str, list[float]] = {}
+    for run_dir in dirs:
+        setting = run_dir.parent.name
+        for line in (run_dir / "events.jsonl").open():
+            event = json.loads(line)
+            if event["event"] == "RoundFinished" and event.get("eval_return") is None \
+                    and "lanczos_steps" in (event.get("probes") or {}) and event["round_s"] > 0:
+                shares.setdefault(setting, []).append(event["probe_s"] / event["round_s"])
+            elif event["event"] == "CostCharged":
+                pair = usd.setdefault(setting, [0.0, 0.0])
+                pair[0] += event["items"].get("probe_usd", 0.0)
+                pair[1] += event["round_usd"]
+    return {setting: {"rounds": len(values), "median": float(np.median(values)),
+                      "p90": float(np.percentile(values, 90)), "max": float(np.max(values)),
+                      "usd_share": usd[setting][0] / usd[setting][1] if usd[setting][1] else 0.0}
+            for setting, values in sorted(shares.items())}
+
+
+def probe_table(costs: dict[str, dict[str, float]]) -> str:
+    lines = ["Hessian probe: share of a round's wall time (rounds without evaluation) and of the "
+             "dollars charged", "",
+             "| setting | rounds | median | p90 | max | share of dollars |", "|---|---:|---:|---:|---:|---:|"]
+    lines += [f"| `{s}` | {v['rounds']:,} | {v['median']:.1%} | {v['p90']:.1%} | {v['max']:.1%} "
+              f"| {v['usd_share']:.1%} |" for s, v in costs.items()]
+    return "\n".join(lines)
+
+
 def collect(args: argparse.Namespace) -> int:
     stored = task_dir(STORED, args.task, args.pricing)
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
     name = f"boost_{task_slug(args.task)}_{args.pricing}"
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
-    table = agg.markdown(result)
+    costs = probe_cost(dirs)
+    table = agg.markdown(result) + "\n\n" + probe_table(costs)
     figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}",
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": COMMON,
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
                      "baseline": args.baseline},
-        **result, "text": table,
+        **result, "probe_cost": costs, "text": table,
         "figures": [str(p.relative_to(ROOT)) for p in figures]})
     print(table)
     return 0
