@@ -323,3 +323,86 @@ def test_the_estimate_survives_a_checkpoint() -> None:
     again.load_state(body["cost"])
     assert [again.estimate_round_usd(last, n) for n in (8, 20, 64)] == \
         [model.estimate_round_usd(last, n) for n in (8, 20, 64)]
+
+
+MODEL = {"time_model": "model", "model_actor_ms": 20.0, "model_actor_ms_per_step": 0.5,
+         "model_learner_s": 0.1, "model_learner_s_per_step": 1e-4, "model_probe_s": 0.02,
+         "model_probe_s_per_sample_step": 1e-5}
+
+
+def test_the_time_model_bills_and_clocks_the_work_not_the_clock() -> None:
+    """Two invocations of 512 env steps that took 3 s and 9 s on a loaded machine bill 20 + 0.5
+    x 512 = 276 ms each; the round's simulated time is the slowest modelled actor, plus a cold
+    start for the actors the warm pool lacked, plus the modelled update and Hessian probe."""
+    model = cost_model({"simulate": True}, learner="gpu", **MODEL)
+    rec = record([3000.0, 9000.0], sim_time_s=99.0, learner_s=7.0, probe_s=5.0, eval_s=1.0)
+    rec.env_steps = 1024
+    rec.probes = {"lanczos_steps": 10.0, "hessian_samples": 1024.0}
+    got = model.charge(rec, [receipt(0, 3000.0, env_steps=512), receipt(1, 9000.0, env_steps=512)])
+    actor_ms, update_s, probe_s = 276.0, 0.1 + 1e-4 * 1024, 0.02 + 1e-5 * 1024 * 10
+    assert rec.actor_durations_ms == [actor_ms, actor_ms]
+    assert rec.sim_time_s == pytest.approx(actor_ms / 1000 + 1.0 + update_s + probe_s)
+    assert got["actors_usd"] == pytest.approx(2 * model.actor_usd(actor_ms), rel=1e-12)
+    assert got["cold_start_usd"] == pytest.approx(2 * model.init_usd(), rel=1e-12)
+    assert got["probe_usd"] == pytest.approx(probe_s / 3600 * 3.06, rel=1e-12)
+    assert got["learner_usd"] == pytest.approx(
+        (rec.sim_time_s - probe_s) / 3600 * 3.06, rel=1e-12)
+    # Warm now: no cold start; a failed invocation keeps the time it reported.
+    again = record([100.0], sim_time_s=1.0)
+    again.env_steps = 512
+    failed = receipt(2, 0.0, ok=False, billed_ms=40, error="HandlerError")
+    items = model.charge(again, [receipt(3, 100.0, env_steps=512), failed])
+    assert again.sim_time_s == pytest.approx(0.276 + 0.1 + 1e-4 * 512)  # no Hessian probe ran
+    assert items["failed_usd"] == pytest.approx(model.actor_usd(40.0), rel=1e-12)
+
+
+def test_the_time_model_needs_all_its_constants() -> None:
+    from kernel.plan import load_plan
+    from kernel.schema import PlanError
+
+    with pytest.raises(PlanError, match="needs cost.model_actor_ms, cost.model_actor_ms_per_step"):
+        load_plan("plans/cartpole.toml", {"cost.time_model": "model"})
+    plan = load_plan("plans/cartpole.toml", {f"cost.{k}": v for k, v in MODEL.items()})
+    assert plan["cost"]["model_probe_s_per_sample_step"] == 1e-5
+
+
+def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_load(
+        tmp_path: Any) -> None:
+    """The point of the model: the same seed, once on an idle machine and once beside a busy
+    neighbour, is billed the same dollars and simulated seconds, round by round (measured
+    durations differ between the two)."""
+    import asyncio
+    import json
+    import threading
+    import time
+
+    from kernel.engine import Engine
+
+    overrides = {"run.mode": "sync", "run.seed": 3, "stop.max_rounds": 4, "actors.count": 2,
+                 "actors.steps": 64, "actors.simulate": True, "probes": [], "sinks": [],
+                 "checkpoint.enabled": False, **{f"cost.{k}": v for k, v in MODEL.items()}}
+
+    def charged(out: str) -> list[float]:
+        asyncio.run(Engine.from_plan("plans/cartpole.toml", overrides,
+                                     out_dir=tmp_path / out).run())
+        events = [json.loads(x) for x in (tmp_path / out / "events.jsonl").read_text().splitlines()]
+        return [v for e in events if e["event"] == "RoundFinished"
+                for v in (e["cost_usd"], e["sim_time_s"])]
+
+    quiet = charged("quiet")
+    stop = threading.Event()
+
+    def neighbour() -> None:  # holds the GIL and a core most of the time
+        while not stop.is_set():
+            sum(i * i for i in range(20_000))
+            time.sleep(0)
+
+    busy = threading.Thread(target=neighbour, daemon=True)
+    busy.start()
+    try:
+        loaded = charged("loaded")
+    finally:
+        stop.set()
+        busy.join()
+    assert len(quiet) == 2 * 4
+    assert loaded == pytest.approx(quiet, rel=1e-12)

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from kernel.roles import PluginContext, Receipt, RoundRecord
+from plugins.cost.time_model import TimeModel
 
 #: When the default prices below were read (aws.amazon.com/lambda/pricing, /ec2/pricing/on-demand,
 #: /elasticache/pricing; us-east-1, on-demand, Linux).
@@ -61,8 +62,10 @@ def learner_usd_per_h(cfg: dict[str, Any]) -> float:
 
 
 def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
-    """Plan-time check: a learner price that the preset and the explicit key agree on."""
+    """Plan-time check: a learner price that the preset and the explicit key agree on, and a
+    time model with all its constants."""
     learner_usd_per_h(section)
+    TimeModel.from_config(section)
 
 
 class RoundTimes:
@@ -119,6 +122,8 @@ class AwsCost:
         self.vm_startup_s = float(cfg["vm_startup_s"])
         self.actors_per_vm = int(cfg["actors_per_vm"])
         self.margin = float(cfg["estimate_margin"])
+        #: Durations from the work done instead of the clock (``plugins/cost/time_model.py``).
+        self.model = TimeModel.from_config(cfg)
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
@@ -173,17 +178,38 @@ class AwsCost:
     # -- the CostModel role -------------------------------------------------------------------
 
     def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
+        cold = self._sim_cold(len(receipts)) \
+            if self.kind != "vm" and any(r.ok for r in receipts) else 0
+        if self.model is not None:
+            receipts = self._model_round(record, receipts, cold)
         # sim_time_s is the round's training time: the coordinator leaves evaluation out.
         charged_s = max(0.0, record.sim_time_s)
         probe_s = min(charged_s, max(0.0, record.probe_s - record.eval_s))
+        if self.model is not None:
+            probe_s = min(charged_s, self.model.probe_time_s(record.probes, probe_s))
         if self.kind == "vm":
             return self._charge_vms(record, charged_s, probe_s)
-        cold = self._sim_cold(len(receipts)) if any(r.ok for r in receipts) else 0
         self.times.add(record.actors, charged_s - (self.cold_start_s if cold else 0.0))
         items = self._actor_items(receipts)
         items["cold_start_usd"] = cold * self.init_usd()
         items.update(self._time_items(charged_s, probe_s))
         return items
+
+    def _model_round(self, record: RoundRecord, receipts: Sequence[Receipt],
+                     cold: int) -> list[Receipt]:
+        """Put the time model's durations in place of the measured ones: the invocations'
+        (and so their bills), and the round's simulated time, which the coordinator adds to
+        the run's clock after charging."""
+        assert self.model is not None
+        modelled = self.model.receipts(receipts)
+        record.actor_durations_ms = [r.duration_ms for r in modelled if r.ok]
+        actor_s = max(record.actor_durations_ms, default=0.0) / 1000
+        if cold:
+            actor_s += self.cold_start_s
+        measured_probe_s = max(0.0, record.probe_s - record.eval_s)
+        record.sim_time_s = (actor_s + self.model.update_s(record.env_steps)
+                             + self.model.probe_time_s(record.probes, measured_probe_s))
+        return modelled
 
     def _sim_cold(self, invoked: int) -> int:
         """Simulated cold starts of this round: actors beyond the warm pool so far."""

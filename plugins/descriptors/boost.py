@@ -34,6 +34,20 @@ AWS_COST_CONFIG = {
                              min=1),
     "estimate_rounds": Field("int", 8, "Recent rounds the estimate's envelope is fitted on.",
                              min=1),
+    "time_model": Field("str", "measured", "Durations the bill and the simulated clock use: "
+                        "'measured', or 'model' (the model_* keys: a function of the work "
+                        "done, the same under any machine load).", choices=("measured", "model")),
+    "model_actor_ms": Field("float", None, "Time model: fixed milliseconds of an invocation.",
+                            min=0),
+    "model_actor_ms_per_step": Field("float", None, "Time model: an invocation's milliseconds "
+                                     "per env step.", min=0),
+    "model_learner_s": Field("float", None, "Time model: fixed seconds of an update.", min=0),
+    "model_learner_s_per_step": Field("float", None, "Time model: update seconds per env "
+                                      "step trained.", min=0),
+    "model_probe_s": Field("float", None, "Time model: fixed seconds of a Hessian probe.",
+                           min=0),
+    "model_probe_s_per_sample_step": Field("float", None, "Time model: Hessian probe seconds "
+                                           "per batch sample per Lanczos step.", min=0),
 }
 
 #: Adaptive scalers widen an unset actors.max and add the probe they read (plugins/scalers.py).
