@@ -11,6 +11,8 @@ rerun skips finished runs.
     python perf/boost_budget.py store --pricing cpu       # into perf/boost_runs/
     python perf/boost_budget.py collect --pricing cpu     # rows, table and figures
     python perf/boost_budget.py run --task Walker2d-v5 --pricing gpu --budget 0.06 --seeds 1-5
+    python perf/boost_budget.py fit --pricing gpu --out runs/boost    # the time model's constants
+    python perf/boost_budget.py run --pricing gpu --budget 0.06 --clock model --seeds 1-10
 
 ``run`` writes whole runs under runs/boost/ (not kept in git); ``store`` keeps what the report
 reads of each finished run (its summary, plan and the events the curves come from) under
@@ -20,6 +22,11 @@ later session adds seeds instead of starting over; ``collect`` aggregates the st
 baseline) and writes every per-seed row to perf/results/boost_<task>_<pricing>.json and band
 figures to perf/figures/boost_<task>_<pricing>/ (task in lower case without its version, e.g.
 ``boost_hopper_gpu``).
+
+Durations are measured here by default, so the rounds a budget buys depend on the machine's
+load; ``--clock model`` bills every run from the time model instead (``cost.time_model``),
+whose constants ``fit`` takes from measured runs and keeps in perf/results/time_model_<task>.json:
+such runs cost the same under any load, and their folders and results end in ``-model``.
 """
 
 from __future__ import annotations
@@ -80,21 +87,82 @@ def task_slug(task: str) -> str:
     return task.split("-")[0].lower()
 
 
-def task_dir(root: Path, task: str, pricing: str) -> Path:
-    """Hopper's runs were stored before other tasks were: they keep the folder without a task."""
-    return root / pricing if task == "Hopper-v5" else root / task_slug(task) / pricing
+def task_dir(root: Path, task: str, pricing: str, clock: str = "measured") -> Path:
+    """Hopper's runs were stored before other tasks were: they keep the folder without a task.
+    Runs billed by the time model sit beside the measured ones, as ``<pricing>-model``."""
+    variant = pricing if clock == "measured" else f"{pricing}-model"
+    return root / variant if task == "Hopper-v5" else root / task_slug(task) / variant
+
+
+def model_path(task: str) -> Path:
+    return ROOT / "perf" / "results" / f"time_model_{task_slug(task)}.json"
+
+
+def fit(args: argparse.Namespace) -> int:
+    """Fit the time model (``cost.time_model``) on measured runs of the task: per invocation
+    milliseconds per env step, update seconds against env steps trained, Hessian probe seconds
+    against samples x Lanczos steps; a straight line through the median of each size, so
+    rounds slowed by a neighbour's job move it little."""
+    runs = sorted(task_dir(args.out, args.task, args.pricing).glob("*/seed-*/events.jsonl"))
+    per_step: list[float] = []
+    update: list[tuple[float, float]] = []
+    probe: list[tuple[float, float]] = []
+    for events in runs:
+        for line in events.open():
+            e = json.loads(line)
+            if e["event"] == "InvocationFinished" and e["ok"] and e["env_steps"]:
+                per_step.append(e["duration_ms"] / e["env_steps"])
+            elif e["event"] == "RoundFinished":
+                update.append((e["round_env_steps"], e["learner_s"]))
+            elif e["event"] == "ProbeMeasured" and e["probe"] == "hessian":
+                v = e["values"]
+                probe.append((v["hessian_samples"] * v["lanczos_steps"], e["probe_s"]))
+
+    def line_through_medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
+        sizes = sorted({x for x, _ in pairs})
+        xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= 5]
+        ys = [float(np.median([y for x2, y in pairs if x2 == x])) for x in xs]
+        slope, intercept = np.polyfit(xs, ys, 1)
+        return max(0.0, float(intercept)), float(slope)
+
+    learner_s, learner_per_step = line_through_medians(update)
+    probe_s, probe_per = line_through_medians(probe)
+    constants = {"model_actor_ms": 0.0, "model_actor_ms_per_step": float(np.median(per_step)),
+                 "model_learner_s": learner_s, "model_learner_s_per_step": learner_per_step,
+                 "model_probe_s": probe_s, "model_probe_s_per_sample_step": probe_per}
+    c.write_result(model_path(args.task).stem, {
+        "title": f"Time model for {args.task}, fitted on {len(runs)} measured runs",
+        "constants": constants, "runs": len(runs), "invocations": len(per_step),
+        "updates": len(update), "probes": len(probe),
+        "note": "Every invocation of the study steps the same 512 env steps, so the fixed part of "
+                "an invocation is folded into its per-step time (model_actor_ms = 0).",
+        "text": "\n".join(f"{k} = {v:.4g}" for k, v in constants.items())})
+    print(json.dumps(constants, indent=2))
+    return 0
+
+
+def clock_sets(args: argparse.Namespace) -> list[str]:
+    if args.clock == "measured":
+        return []
+    task = args.model_task or args.task
+    path = model_path(task)
+    if not path.exists():
+        raise SystemExit(f"{path} is missing: fit the time model first "
+                         f"(boost_budget.py fit --task {task} --out RUNS)")
+    constants = json.loads(path.read_text())["constants"]
+    return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
 
 
 def run(args: argparse.Namespace) -> int:
     names = args.settings or list(SETTINGS)
     for seed in seeds(args.seeds):
         for name in names:
-            out = task_dir(args.out, args.task, args.pricing) / name / f"seed-{seed}"
+            out = task_dir(args.out, args.task, args.pricing, args.clock) / name / f"seed-{seed}"
             if (out / "summary.json").exists():
                 continue
             sets = [f"run.seed={seed}", f"stop.budget_usd={args.budget}",
                     f'cost.learner="{args.pricing}"', f'env.id="{args.task}"', *COMMON,
-                    *SETTINGS[name]]
+                    *clock_sets(args), *SETTINGS[name]]
             cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out),
                    "--force", *[a for s in sets for a in ("--set", s)]]
             t0 = time.perf_counter()
@@ -119,10 +187,11 @@ def _slim(event: dict) -> dict | None:
 
 
 def store(args: argparse.Namespace) -> int:
-    for summary in sorted(task_dir(args.out, args.task, args.pricing)
+    for summary in sorted(task_dir(args.out, args.task, args.pricing, args.clock)
                           .glob("*/seed-*/summary.json")):
         run_dir = summary.parent
-        kept = task_dir(STORED, args.task, args.pricing) / run_dir.parent.name / run_dir.name
+        kept = task_dir(STORED, args.task, args.pricing, args.clock) / run_dir.parent.name \
+            / run_dir.name
         if (kept / "summary.json").exists():
             continue
         kept.mkdir(parents=True, exist_ok=True)
@@ -197,17 +266,20 @@ def spend_line(rows: list[dict[str, Any]]) -> str:
 
 
 def collect(args: argparse.Namespace) -> int:
-    stored = task_dir(STORED, args.task, args.pricing)
+    stored = task_dir(STORED, args.task, args.pricing, args.clock)
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
-    name = f"boost_{task_slug(args.task)}_{args.pricing}"
+    name = f"boost_{task_slug(args.task)}_{args.pricing}" \
+        + ("" if args.clock == "measured" else "_model")
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     costs = probe_cost(dirs)
     table = "\n\n".join([agg.markdown(result), spend_line(result["rows"]), probe_table(costs)])
     figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
     c.write_result(name, {
-        "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}",
+        "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
+                 + (", durations from the time model" if args.clock == "model" else ""),
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": COMMON,
+                     "clock": args.clock, "clock_sets": clock_sets(args),
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
                      "baseline": args.baseline},
         **result, "probe_cost": costs, "text": table,
@@ -218,10 +290,14 @@ def collect(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "store", "collect"))
+    parser.add_argument("action", choices=("run", "store", "collect", "fit"))
     parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
+    parser.add_argument("--clock", choices=("measured", "model"), default="measured",
+                        help="bill measured durations, or the time model fitted by `fit`")
+    parser.add_argument("--model-task", choices=TASKS,
+                        help="take the time model fitted on this task (default: --task)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
     parser.add_argument("--seeds", default="1-5")
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS))
@@ -229,7 +305,7 @@ def main() -> int:
     parser.add_argument("--target", type=float, default=500.0)
     parser.add_argument("--baseline", default="fixed2")
     args = parser.parse_args()
-    return {"run": run, "store": store, "collect": collect}[args.action](args)
+    return {"run": run, "store": store, "collect": collect, "fit": fit}[args.action](args)
 
 
 if __name__ == "__main__":
