@@ -72,6 +72,14 @@ def _events(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "events.jsonl").open()]
 
 
+def _summary_after_signal(proc: subprocess.Popen[str], stderr: str, out: Path) -> dict:
+    """A run ended by a signal: exit code 130, no traceback, a summary and a whole journal."""
+    assert proc.returncode == 130, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
+    assert _events(out)[-1]["event"] == "RunStopped"
+    return json.loads((out / "summary.json").read_text())
+
+
 def test_a_second_sigint_during_the_final_checkpoint_still_leaves_the_summary(
         tmp_path: Path) -> None:
     proc, marker = _start(tmp_path, "slow_state", seconds=4)
@@ -86,13 +94,10 @@ def test_a_second_sigint_during_the_final_checkpoint_still_leaves_the_summary(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _summary_after_signal(proc, stderr, out)
     assert summary["stop_reason"] == "signal SIGINT" and summary["rounds"] >= 1
     # The stop path ran to its end despite the second signal: final checkpoint and journal.
     assert (out / "checkpoints" / f"ckpt-{summary['rounds']:06d}.nitro").exists()
-    assert _events(out)[-1]["event"] == "RunStopped"
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -109,13 +114,10 @@ def test_a_signal_during_start_up_ends_the_run_promptly_with_a_summary(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr[-3000:]
+    summary = _summary_after_signal(proc, stderr, out)
     assert took < 20, took  # not the 120 s the start would have taken
-    assert "Traceback" not in stderr, stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
     assert summary["stop_reason"] == f"signal {sig.name}"
     assert summary["rounds"] == 0 and summary["env_steps"] == 0
-    assert _events(out)[-1]["event"] == "RunStopped"
 
 
 def test_a_second_signal_while_start_up_is_undone_still_leaves_the_summary(
@@ -132,8 +134,5 @@ def test_a_second_signal_while_start_up_is_undone_still_leaves_the_summary(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, stderr[-3000:]
-    assert "Traceback" not in stderr, stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
+    summary = _summary_after_signal(proc, stderr, out)
     assert summary["stop_reason"] == "signal SIGTERM" and summary["rounds"] == 0
-    assert _events(out)[-1]["event"] == "RunStopped"
