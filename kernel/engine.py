@@ -296,9 +296,8 @@ class Engine:
         coordinator = Coordinator(self.plan, self.run_id, self._roles, self.state, self.publish,
                                   self.stop_requested, self.rng, rules)
         mode = self.plan["run"]["mode"]
-        rounds: Any = coordinator if mode == "sync" else \
+        self._rounds = rounds = coordinator if mode == "sync" else \
             OverlappedRounds(coordinator, mode, resume=self._rounds_restored)
-        self._rounds = rounds
         reason = "error"
         sink_subs = [(sink, self.bus.subscribe(f"sink-{sink.name}", maxsize=8192))
                      for sink in self._sinks]
@@ -360,8 +359,7 @@ class Engine:
         restored = checkpoint.restore(body, self._roles)
         self.state = restored.state
         self.rng.bit_generator.state = restored.rng_state
-        self._wall_before = restored.wall_s
-        self._rounds_restored = restored.rounds
+        self._wall_before, self._rounds_restored = restored.wall_s, restored.rounds
 
     def wall_s(self) -> float:
         return self._wall_before + (time.perf_counter() - self._t_start)

@@ -94,6 +94,8 @@ class Intake:
         self._inner: dict[str, Receipt] = {}
         self._indices: dict[int, int] = {}
         self.per_round = True
+        #: The next index when they count across the run: a pipelined checkpoint keeps it.
+        self.run_index = 1
         self._batch_task: asyncio.Task[tuple[str, bytes] | None] | None = None
 
     # -- invocations --------------------------------------------------------------------------
@@ -101,11 +103,12 @@ class Intake:
     def invocation(self, number: int, version: int, actor_spec: dict[str, Any]) -> Invocation:
         """The next invocation of round ``number``; its index (request id, seed) counts within
         the round, or across the run when ``per_round`` is off: seeded runs replay exactly."""
-        key = number if self.per_round else 0
-        index = self._indices.get(key, 0 if self.per_round else 1)
-        self._indices[key] = index + 1
-        if len(self._indices) > 8:  # only the last few rounds can still launch
-            del self._indices[min(self._indices)]
+        if self.per_round:
+            index = self._indices[number] = self._indices.get(number, -1) + 1
+            if len(self._indices) > 8:  # only the last few rounds can still launch
+                del self._indices[min(self._indices)]
+        else:
+            index, self.run_index = self.run_index, self.run_index + 1
         request_id = f"{self.run_id}-r{number}-v{version}-a{index}"
         seed = zlib.crc32(f"{self.plan['run']['seed']}:{number}:{index}".encode())
         event = {"run_id": self.run_id, "request_id": request_id, "version": version,
@@ -113,21 +116,9 @@ class Intake:
                  "env": self.roles.env_spec, "algo": actor_spec,
                  "transport": self.roles.transport.public_spec()}
         ckpt = self.plan["checkpoint"]
-        if ckpt["exact_resume"]:
-            # Episodes restart with each periodic checkpoint's epoch, which is all a resumed
-            # run cannot restore of the actors' warm envs.
+        if ckpt["exact_resume"]:  # actors' warm envs restart with each periodic checkpoint
             event["episode_epoch"] = (number - 1) // ckpt["every"]
         return Invocation(request_id=request_id, version=version, round=number, event=event)
-
-    @property
-    def run_index(self) -> int:
-        """Where invocation indices continue when they count across the run (``per_round``
-        off): part of what a checkpoint keeps, so a resumed run draws the same seeds."""
-        return self._indices.get(0, 1)
-
-    @run_index.setter
-    def run_index(self, index: int) -> None:
-        self._indices[0] = index
 
     def launch(self, number: int, version: int, count: int, actor_spec: dict[str, Any]) -> int:
         """Start ``count`` invocations for round ``number`` with weights ``version``."""
@@ -326,21 +317,18 @@ class Intake:
     def receipts_for(self, arrived: set[str], receipts: list[Receipt]) -> list[Receipt]:
         """Replace the platform's bare receipt of an arrived batch (Event mode's 202, or a
         reply given up on) by the actor's own, which rode inside the batch."""
-        out = []
+        out, used = [], []
         for receipt in receipts:
             inner = self._inner.pop(receipt.request_id, None)
             if inner is not None and (receipt.accepted_only or receipt.cancelled):
-                self.state.counters.cold_starts += int(inner.cold_start)
+                used.append(inner)
                 receipt = dataclasses.replace(inner, attempts=receipt.attempts,
                                               throttles=receipt.throttles)
             out.append(receipt)
-        known = {r.request_id for r in out}
-        for rid in arrived - known:  # the batch came, the reply never did
-            inner = self._inner.pop(rid, None)
-            if inner is not None:
-                self.state.counters.cold_starts += int(inner.cold_start)
-                out.append(inner)
-        return out
+        known = {r.request_id for r in out}  # the rest: the batch came, the reply never did
+        late = [inner for rid in arrived - known if (inner := self._inner.pop(rid, None))]
+        self.state.counters.cold_starts += sum(int(r.cold_start) for r in used + late)
+        return out + late
 
     # -- acceptance ---------------------------------------------------------------------------
 
@@ -376,7 +364,8 @@ class Intake:
                                          reason="duplicate"))
             return
         if body["run_id"] == self.run_id:
-            self._count_sampled(int(body["env_steps"]))
+            s.counters.sampled_env_steps += int(body["env_steps"])
+            self._sampled_in_gather += int(body["env_steps"])
         own = body["run_id"] == self.run_id and self._versions.get(rid) == got_version
         if not own or rid not in self.pending or not version - max_lag <= got_version <= version:
             s.counters.stale_batches += 1
@@ -391,10 +380,6 @@ class Intake:
         self._settle(rid)
         self.publish(ev.BatchArrived(round=number, request_id=rid, version=got_version,
                                      env_steps=int(body["env_steps"]), bytes=len(payload)))
-
-    def _count_sampled(self, env_steps: int) -> None:
-        self.state.counters.sampled_env_steps += env_steps
-        self._sampled_in_gather += env_steps
 
     def _settle(self, rid: str) -> None:
         """The batch of ``rid`` was read: its invocation is no longer outstanding."""
