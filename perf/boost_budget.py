@@ -136,7 +136,8 @@ def fit(args: argparse.Namespace) -> int:
         "updates": len(update), "probes": len(probe),
         "note": "Every invocation of the study steps the same 512 env steps, so the fixed part of "
                 "an invocation is folded into its per-step time (model_actor_ms = 0).",
-        "text": "\n".join(f"{k} = {v:.4g}" for k, v in constants.items())})
+        "markdown": "| key | value |\n|---|---:|\n" + "\n".join(
+            f"| `cost.{k}` | {v:.4g} |" for k, v in constants.items())})
     print(json.dumps(constants, indent=2))
     return 0
 
@@ -265,6 +266,17 @@ def spend_line(rows: list[dict[str, Any]]) -> str:
             + (f"; over 100 %: {over}" if over else "") + ".")
 
 
+def render(data: dict[str, Any]) -> str:
+    """The section of perf/RESULTS.md, recomputed from the stored per-seed rows."""
+    rows = data["rows"]
+    labels = list(dict.fromkeys(r["setting"] for r in rows))
+    result = agg.summarize(rows, labels, data.get("target"), data.get("baseline"))
+    parts = [agg.markdown(result), spend_line(rows)]
+    if data.get("probe_cost"):
+        parts.append(probe_table(data["probe_cost"]))
+    return "\n\n".join(p for p in parts if p)
+
+
 def collect(args: argparse.Namespace) -> int:
     stored = task_dir(STORED, args.task, args.pricing, args.clock)
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
@@ -274,6 +286,9 @@ def collect(args: argparse.Namespace) -> int:
     result = agg.aggregate(groups, args.target, args.baseline)
     costs = probe_cost(dirs)
     table = "\n\n".join([agg.markdown(result), spend_line(result["rows"]), probe_table(costs)])
+    if args.clock == "model":
+        table = ("Durations from the time model (`cost.time_model`), its constants in "
+                 f"`perf/results/{model_path(args.model_task or args.task).name}`.\n\n" + table)
     figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"

@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,7 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
              "boost_budget": "boost"}
+BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
 RAW_KEYS = ("rows", "results", "runs", "repeats")
 NOT_RECHECKABLE = ("**Not re-checkable until re-measured**: this file keeps only aggregates "
@@ -66,10 +68,18 @@ def provenance(name: str, data: dict[str, Any], folder: str) -> list[str]:
     return lines
 
 
+def renderer(name: str) -> str | None:
+    """The module that renders ``name``: the equal-budget studies are one per task, price and
+    clock (``boost_hopper_gpu_model``), all rendered by perf/boost_budget.py."""
+    if name in RENDERERS:
+        return RENDERERS[name]
+    return "boost_budget" if BUDGET_STUDY.fullmatch(name) else None
+
+
 def body(name: str, data: dict[str, Any]) -> str:
     """The section's tables: recomputed from the rows where a renderer exists."""
     raw = has_raw_rows(data)
-    module = RENDERERS.get(name)
+    module = renderer(name)
     if raw and module is not None:
         return importlib.import_module(module).render(data)
     printed = (data.get("stdout") or data.get("report") or "").strip()
