@@ -61,6 +61,10 @@ SETTINGS = {
     "fixed8": ['scaler={name="fixed"}', "actors.count=8"],
     "fixed16": ['scaler={name="fixed"}', "actors.count=16"],
     "nitro": ['scaler={name="nitro"}'],
+    # The same rule with the Hessian measured every 4th round (N held in between): what the
+    # probe's own cost takes from nitro.
+    "nitro_p4": ['scaler={name="nitro"}', 'probes=[{name="eval", every=10, episodes=10}, '
+                 '{name="hessian", every=4}]'],
     "decay_only": ['scaler={name="decay_only"}'],
     "prototype": ['scaler={name="prototype"}'],
     "hydrozoa": ['scaler={name="hydrozoa"}'],
