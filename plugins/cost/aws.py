@@ -180,13 +180,12 @@ class AwsCost:
     def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
         cold = self._sim_cold(len(receipts)) \
             if self.kind != "vm" and any(r.ok for r in receipts) else 0
+        probe_s = max(0.0, record.probe_s - record.eval_s)
         if self.model is not None:
-            receipts = self._model_round(record, receipts, cold)
+            receipts, probe_s = self._model_round(record, receipts, cold, probe_s)
         # sim_time_s is the round's training time: the coordinator leaves evaluation out.
         charged_s = max(0.0, record.sim_time_s)
-        probe_s = min(charged_s, max(0.0, record.probe_s - record.eval_s))
-        if self.model is not None:
-            probe_s = min(charged_s, self.model.probe_time_s(record.probes, probe_s))
+        probe_s = min(charged_s, probe_s)
         if self.kind == "vm":
             return self._charge_vms(record, charged_s, probe_s)
         self.times.add(record.actors, charged_s - (self.cold_start_s if cold else 0.0))
@@ -195,21 +194,20 @@ class AwsCost:
         items.update(self._time_items(charged_s, probe_s))
         return items
 
-    def _model_round(self, record: RoundRecord, receipts: Sequence[Receipt],
-                     cold: int) -> list[Receipt]:
+    def _model_round(self, record: RoundRecord, receipts: Sequence[Receipt], cold: int,
+                     probe_s: float) -> tuple[list[Receipt], float]:
         """Put the time model's durations in place of the measured ones: the invocations'
-        (and so their bills), and the round's simulated time, which the coordinator adds to
-        the run's clock after charging."""
+        (and so their bills), the probe's, and the round's simulated time, which the
+        coordinator adds to the run's clock after charging."""
         assert self.model is not None
         modelled = self.model.receipts(receipts)
         record.actor_durations_ms = [r.duration_ms for r in modelled if r.ok]
         actor_s = max(record.actor_durations_ms, default=0.0) / 1000
         if cold:
             actor_s += self.cold_start_s
-        measured_probe_s = max(0.0, record.probe_s - record.eval_s)
-        record.sim_time_s = (actor_s + self.model.update_s(record.env_steps)
-                             + self.model.probe_time_s(record.probes, measured_probe_s))
-        return modelled
+        probe_s = self.model.probe_time_s(record.probes, probe_s)
+        record.sim_time_s = actor_s + self.model.update_s(record.env_steps) + probe_s
+        return modelled, probe_s
 
     def _sim_cold(self, invoked: int) -> int:
         """Simulated cold starts of this round: actors beyond the warm pool so far."""
