@@ -109,14 +109,18 @@ class LearnerCore:
         return kept[1] if kept is not None and kept[0] is rollout else None
 
     # ---- one optimiser step -----------------------------------------------------------------
-    def sgd_step(self, loss: torch.Tensor, max_grad_norm: float) -> float:
-        """Backward, clip the global gradient norm, step; returns the norm before clipping."""
+    def sgd_step(self, loss: torch.Tensor, max_grad_norm: float) -> torch.Tensor:
+        """Backward, clip the global gradient norm, step; returns the norm before clipping.
+
+        The norm stays a tensor on the learner's device: reading it (``float``, ``.item()``)
+        waits for the GPU to finish the step, and one such wait per minibatch stops the host
+        from queueing the next step's kernels while this one runs."""
         self.flat.check_bound()
         self.flat.zero_grad()
         loss.backward()
         grad_norm = nn.utils.clip_grad_norm_(self.flat.param, max_grad_norm)
         self.optimizer.step()
-        return float(grad_norm)
+        return grad_norm
 
     # ---- checkpoints ------------------------------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -293,14 +293,16 @@ class VTraceCore(LearnerCore):
 
         # ALGO LOGIC: V-trace targets inside each subclass's loss
         self.model.train()
-        history: dict[str, list[float]] = {k: [] for k in self.averaged_parts}
+        # Kept on the device and read once at the end: an .item() per minibatch would make the
+        # host wait for each step on a GPU.
+        history: dict[str, list[torch.Tensor]] = {k: [] for k in self.averaged_parts}
         for _epoch in range(c.update_epochs):
             b_inds = torch.randperm(num_envs, device=self.device)
             for mb_inds in torch.tensor_split(b_inds, min(c.num_minibatches, num_envs)):
                 mb = {k: v[mb_inds] for k, v in b.items()}
                 loss, parts = self.loss(mb)
                 for k, values in history.items():
-                    values.append(parts[k].item())
+                    values.append(parts[k])
 
                 self.sgd_step(loss, c.max_grad_norm)
 
@@ -308,7 +310,8 @@ class VTraceCore(LearnerCore):
         for k, v in parts.items():
             if v.ndim == 0:
                 name = "entropy" if k == "entropy_loss" else k
-                metrics[name] = float(np.mean(history[k])) if k in history else v.item()
+                metrics[name] = (torch.stack(history[k]).double().mean().item() if k in history
+                                 else v.item())
         metrics["explained_variance"] = explained_variance(
             parts["newvalue"].cpu().numpy(), parts["vs"].cpu().numpy()
         )

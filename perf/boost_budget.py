@@ -27,6 +27,9 @@ Durations are measured here by default, so the rounds a budget buys depend on th
 load; ``--clock model`` bills every run from the time model instead (``cost.time_model``),
 whose constants ``fit`` takes from measured runs and keeps in perf/results/time_model_<task>.json:
 such runs cost the same under any load, and their folders and results end in ``-model``.
+``--clock model_cuda`` keeps that model's actor seconds (Lambdas run on CPUs) and takes the
+learner's and the probe's from perf/gpu_check.py's run on a GPU (perf/results/gpu_check.json);
+its folders and results end in ``-model-cuda``.
 """
 
 from __future__ import annotations
@@ -94,7 +97,7 @@ def task_slug(task: str) -> str:
 def task_dir(root: Path, task: str, pricing: str, clock: str = "measured") -> Path:
     """Hopper's runs were stored before other tasks were: they keep the folder without a task.
     Runs billed by the time model sit beside the measured ones, as ``<pricing>-model``."""
-    variant = pricing if clock == "measured" else f"{pricing}-model"
+    variant = pricing if clock == "measured" else f"{pricing}-{clock.replace('_', '-')}"
     return root / variant if task == "Hopper-v5" else root / task_slug(task) / variant
 
 
@@ -102,16 +105,16 @@ def model_path(task: str) -> Path:
     return ROOT / "perf" / "results" / f"time_model_{task_slug(task)}.json"
 
 
-def fit(args: argparse.Namespace) -> int:
-    """Fit the time model (``cost.time_model``) on measured runs of the task: per invocation
+def fit_events(paths: list[Path], min_count: int = 5) -> dict[str, Any]:
+    """The time model's constants (``cost.model_*``) from runs' events: per invocation
     milliseconds per env step, update seconds against env steps trained, Hessian probe seconds
     against samples x Lanczos steps; a straight line through the median of each size, so
-    rounds slowed by a neighbour's job move it little."""
-    runs = sorted(task_dir(args.out, args.task, args.pricing).glob("*/seed-*/events.jsonl"))
+    rounds slowed by a neighbour's job move it little (sizes seen fewer than ``min_count`` times
+    are left out; a short calibration run passes 1). Also says how many of each it saw."""
     per_step: list[float] = []
     update: list[tuple[float, float]] = []
     probe: list[tuple[float, float]] = []
-    for events in runs:
+    for events in paths:
         for line in events.open():
             e = json.loads(line)
             if e["event"] == "InvocationFinished" and e["ok"] and e["env_steps"]:
@@ -124,7 +127,10 @@ def fit(args: argparse.Namespace) -> int:
 
     def line_through_medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
         sizes = sorted({x for x, _ in pairs})
-        xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= 5]
+        xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= min_count]
+        if len(xs) < 2:
+            raise ValueError(f"a line needs two sizes seen at least {min_count} times each; "
+                             f"saw {sizes}")
         ys = [float(np.median([y for x2, y in pairs if x2 == x])) for x in xs]
         slope, intercept = np.polyfit(xs, ys, 1)
         return max(0.0, float(intercept)), float(slope)
@@ -134,15 +140,25 @@ def fit(args: argparse.Namespace) -> int:
     constants = {"model_actor_ms": 0.0, "model_actor_ms_per_step": float(np.median(per_step)),
                  "model_learner_s": learner_s, "model_learner_s_per_step": learner_per_step,
                  "model_probe_s": probe_s, "model_probe_s_per_sample_step": probe_per}
+    return {"constants": constants, "runs": len(paths), "invocations": len(per_step),
+            "updates": len(update), "probes": len(probe)}
+
+
+def constants_markdown(constants: dict[str, float]) -> str:
+    return "| key | value |\n|---|---:|\n" + "\n".join(
+        f"| `cost.{k}` | {v:.4g} |" for k, v in constants.items())
+
+
+def fit(args: argparse.Namespace) -> int:
+    """Fit the time model on the task's measured runs (see ``fit_events``)."""
+    runs = sorted(task_dir(args.out, args.task, args.pricing).glob("*/seed-*/events.jsonl"))
+    fitted = fit_events(runs)
     c.write_result(model_path(args.task).stem, {
-        "title": f"Time model for {args.task}, fitted on {len(runs)} measured runs",
-        "constants": constants, "runs": len(runs), "invocations": len(per_step),
-        "updates": len(update), "probes": len(probe),
+        "title": f"Time model for {args.task}, fitted on {len(runs)} measured runs", **fitted,
         "note": "Every invocation of the study steps the same 512 env steps, so the fixed part of "
                 "an invocation is folded into its per-step time (model_actor_ms = 0).",
-        "markdown": "| key | value |\n|---|---:|\n" + "\n".join(
-            f"| `cost.{k}` | {v:.4g} |" for k, v in constants.items())})
-    print(json.dumps(constants, indent=2))
+        "markdown": constants_markdown(fitted["constants"])})
+    print(json.dumps(fitted["constants"], indent=2))
     return 0
 
 
@@ -155,7 +171,32 @@ def clock_sets(args: argparse.Namespace) -> list[str]:
         raise SystemExit(f"{path} is missing: fit the time model first "
                          f"(boost_budget.py fit --task {task} --out RUNS)")
     constants = json.loads(path.read_text())["constants"]
+    if args.clock == "model_cuda":
+        constants = {**constants, **cuda_learner_constants(task)}
     return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
+
+
+#: Where perf/gpu_check.py keeps the study's learner and probe seconds measured on a GPU.
+GPU_CHECK = ROOT / "perf" / "results" / "gpu_check.json"
+LEARNER_KEYS = ("model_learner_s", "model_learner_s_per_step", "model_probe_s",
+                "model_probe_s_per_sample_step")
+
+
+def cuda_learner_constants(task: str) -> dict[str, float]:
+    """The learner's and the probe's time-model constants as measured on a GPU: the actors stay
+    Lambdas on CPUs, so only these replace the CPU fit's under ``--clock model_cuda``."""
+    if task != "Hopper-v5":
+        raise SystemExit(f"perf/gpu_check.py measures Hopper-v5's learner only, not {task}: "
+                         "pass --model-task Hopper-v5")
+    fitted = json.loads(GPU_CHECK.read_text()).get("time_model") if GPU_CHECK.exists() else None
+    if not fitted or fitted.get("device") != "cuda":
+        raise SystemExit(f"{GPU_CHECK} holds no time model measured on CUDA: run "
+                         "perf/gpu_check.py on a machine with a GPU first")
+    return {k: fitted["constants"][k] for k in LEARNER_KEYS}
+
+
+CLOCK_TITLES = {"measured": "", "model": ", durations from the time model",
+                "model_cuda": ", durations from the time model with the learner on a GPU"}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -285,18 +326,21 @@ def collect(args: argparse.Namespace) -> int:
     stored = task_dir(STORED, args.task, args.pricing, args.clock)
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
     name = f"boost_{task_slug(args.task)}_{args.pricing}" \
-        + ("" if args.clock == "measured" else "_model")
+        + ("" if args.clock == "measured" else f"_{args.clock}")
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     costs = probe_cost(dirs)
     table = "\n\n".join([agg.markdown(result), spend_line(result["rows"]), probe_table(costs)])
-    if args.clock == "model":
+    if args.clock != "measured":
         table = ("Durations from the time model (`cost.time_model`), its constants in "
-                 f"`perf/results/{model_path(args.model_task or args.task).name}`.\n\n" + table)
+                 f"`perf/results/{model_path(args.model_task or args.task).name}`"
+                 + (f", the learner's and the probe's replaced by those `perf/gpu_check.py` "
+                    f"measured on a GPU (`perf/results/{GPU_CHECK.name}`)"
+                    if args.clock == "model_cuda" else "") + ".\n\n" + table)
     figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
-                 + (", durations from the time model" if args.clock == "model" else ""),
+                 + CLOCK_TITLES[args.clock],
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": COMMON,
                      "clock": args.clock, "clock_sets": clock_sets(args),
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
@@ -313,8 +357,10 @@ def main() -> int:
     parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
-    parser.add_argument("--clock", choices=("measured", "model"), default="measured",
-                        help="bill measured durations, or the time model fitted by `fit`")
+    parser.add_argument("--clock", choices=tuple(CLOCK_TITLES), default="measured",
+                        help="bill measured durations, the time model fitted by `fit`, or that "
+                             "model with the learner's and probe's seconds measured on a GPU "
+                             "by perf/gpu_check.py (model_cuda)")
     parser.add_argument("--model-task", choices=TASKS,
                         help="take the time model fitted on this task (default: --task)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")

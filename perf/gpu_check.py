@@ -5,13 +5,19 @@ anywhere.
 
 1. Learner frames/s: a PPO update of a Hopper-sized batch (MLP, 2048 samples, 10 epochs of 32
    minibatches) and an APPO update of the Pong plan's batch (Nature CNN, 1024 frames, 4 epochs
-   of 4 minibatches), on CPU and on CUDA, median of ``--repeats``.
+   of 4 minibatches), on CPU and on CUDA, median of ``--repeats``; ``hopper_ppo_waiting`` is
+   the same update with the host waiting for each step's gradient norm, as it did before.
 2. Same learning: a short seeded PPO run on CartPole (sampler and learner in this process) on
    CPU and on CUDA; the mean episode return of the last rounds must agree within ``--tolerance``
    (kernels differ in rounding, so runs drift apart slowly; a wrong device path breaks far more).
 3. Overlap: ``plans/hopper.toml`` through the engine in ``sync`` and ``pipelined`` mode on the
    learner's device; the env steps/s ratio and the learner's busy fraction say how much of the
    fan-out ran while the learner trained.
+4. The boosting study's time model on this device: the study's plan (perf/boost_budget.py) with
+   1, 4 and 16 fixed actors and the Hessian probe every round, learner on the device; update
+   seconds against env steps trained and probe seconds against samples x Lanczos steps, fitted
+   as ``boost_budget.py fit`` does. With a GPU these are the constants the GPU-priced study
+   should bill the learner and the probe by (its actors stay on CPU-priced Lambdas).
 
     python perf/gpu_check.py                 # results in perf/results/gpu_check.json
     python perf/gpu_check.py --out /tmp/r --quick
@@ -53,8 +59,9 @@ def hopper_rollout(steps: int = 256, envs: int = 8) -> dict[str, np.ndarray]:
     }
 
 
-def learner_fps(device: str, repeats: int) -> dict[str, float]:
-    """Median frames/s of one update on ``device``: Hopper PPO and Pong APPO."""
+def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]]) -> dict[str, float]:
+    """Median frames/s of one update on ``device``: Hopper PPO and Pong APPO; each timed
+    update is appended to ``raw``."""
     import torch
 
     from algos.appo import APPO, APPOConfig
@@ -64,9 +71,18 @@ def learner_fps(device: str, repeats: int) -> dict[str, float]:
         if device.startswith("cuda"):
             torch.cuda.synchronize()
 
+    def waiting_each_step(core: PPO) -> PPO:
+        """The core as it was before ``sgd_step`` kept the gradient norm on the device: reading
+        it made the host wait for every step (the previous design, for a same-run ratio)."""
+        step = core.sgd_step
+        core.sgd_step = lambda loss, clip: float(step(loss, clip))  # type: ignore[method-assign]
+        return core
+
+    hopper = PPOConfig(num_minibatches=32, update_epochs=10)
     cases = {
-        "hopper_ppo": (PPO(HOPPER, PPOConfig(num_minibatches=32, update_epochs=10),
-                           device=device), hopper_rollout()),
+        "hopper_ppo": (PPO(HOPPER, hopper, device=device), hopper_rollout()),
+        "hopper_ppo_waiting": (waiting_each_step(PPO(HOPPER, hopper, device=device)),
+                               hopper_rollout()),
         "pong_appo": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1), device=device),
                       pong_rollout(128, 8)),
     }
@@ -81,6 +97,7 @@ def learner_fps(device: str, repeats: int) -> dict[str, float]:
             core.update(rollout, 0.0)
             sync()
             times.append(time.perf_counter() - t0)
+            raw.append({"device": device, "case": name, "frames": frames, "s": times[-1]})
         out[name] = frames / statistics.median(times)
     return out
 
@@ -136,6 +153,77 @@ def overlap(device: str, rounds: int, out: Path) -> dict[str, Any]:
     return result
 
 
+def time_model(device: str, rounds: int, out: Path) -> dict[str, Any]:
+    """The study's learner and probe seconds on ``device``, fitted over three batch sizes."""
+    import boost_budget as bb
+
+    paths = []
+    for n in (1, 4, 16):
+        folder = out / f"fixed{n}"
+        sets = [*bb.COMMON, 'scaler={name="fixed"}', f"actors.count={n}",
+                'probes=[{name="hessian", samples=2048}]', f"stop.max_rounds={rounds}",
+                "stop.budget_usd=100", f"run.device={device}"]
+        proc = c.run([sys.executable, "-m", "kernel", "run", str(bb.PLAN), "--out", str(folder),
+                      *[a for s in sets for a in ("--set", s)]], timeout=300)
+        if proc.rc != 0:
+            raise RuntimeError(f"fixed{n} on {device} failed: {proc.stderr[-1500:]}")
+        paths.append(folder / "events.jsonl")
+    fitted = bb.fit_events(paths, min_count=1)  # probe sizes vary with the Lanczos steps
+    fitted["markdown"] = bb.constants_markdown(fitted["constants"])
+    return fitted
+
+
+def render(data: dict[str, Any]) -> str:
+    """RESULTS.md's tables, recomputed from the stored per-repeat rows and runs."""
+    parts = [f"Machine: {data.get('gpu', 'no GPU')} beside "
+             f"{(data.get('machine') or {}).get('cpu', '?')} "
+             f"({(data.get('machine') or {}).get('cores', '?')} cores)."]
+    rows = data.get("repeats") or []
+    if rows:
+        cases = list(dict.fromkeys(r["case"] for r in rows))
+        devices = list(dict.fromkeys(r["device"] for r in rows))
+
+        def fps(device: str, case: str) -> float | None:
+            times = [r["s"] for r in rows if r["device"] == device and r["case"] == case]
+            frames = next((r["frames"] for r in rows if r["case"] == case), 0)
+            return frames / statistics.median(times) if times else None
+
+        table = [[case, *(fps(d, case) for d in devices),
+                  *([c.ratio(fps("cuda", case), fps("cpu", case))] if "cuda" in devices else [])]
+                 for case in cases]
+        headers = ["learner update", *(f"{d} frames/s" for d in devices),
+                   *(["cuda / cpu"] if "cuda" in devices else [])]
+        parts.append("Learner frames/s, median of the repeats (CPU rows on one torch thread, as "
+                     "the plans run them). `hopper_ppo_waiting` is the update with the host "
+                     "waiting for every step's gradient norm, as before; on the CPU a wait "
+                     "costs nothing.\n\n" + c.md_table(headers, table))
+    short = data.get("short_run")
+    if short:
+        line = ", ".join(f"{d} {v:.1f}" for d, v in short["last_mean"].items())
+        verdict = ""
+        if "relative_difference" in short:
+            verdict = (f"; relative difference {short['relative_difference']:.2f}: "
+                       + ("the same learning within the tolerance" if short["same"]
+                          else "DIFFERENT"))
+        parts.append("Seeded CartPole PPO, learner on each device, mean return of the last "
+                     f"quarter of {len(next(iter(short['returns'].values())))} rounds: "
+                     f"{line}{verdict}.")
+    if data.get("overlap"):
+        table = [[d, o["sync"]["env_steps_per_s"], o["pipelined"]["env_steps_per_s"],
+                  o["speedup"], f"{o['pipelined']['learner_busy']:.0%}"]
+                 for d, o in data["overlap"].items()]
+        parts.append("Hopper through the engine, learner on the device, rounds after the "
+                     "first:\n\n" + c.md_table(
+                         ["learner", "sync env steps/s", "pipelined env steps/s", "speed-up",
+                          "learner busy (pipelined)"], table))
+    model = data.get("time_model")
+    if model:
+        parts.append(f"The boosting study's time model, learner and probe on {model['device']} "
+                     f"({model['updates']} updates, {model['probes']} probes at 1, 4 and 16 "
+                     "actors):\n\n" + model["markdown"])
+    return "\n\n".join(parts)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=None, help="results folder "
@@ -145,10 +233,15 @@ def main() -> None:
     parser.add_argument("--tolerance", type=float, default=0.35,
                         help="allowed relative difference of the last rounds' mean return")
     parser.add_argument("--overlap-rounds", type=int, default=20)
+    parser.add_argument("--model-rounds", type=int, default=10,
+                        help="rounds per batch size for the time model")
+    parser.add_argument("--parts", default="fps,run,overlap,model",
+                        help="comma-separated parts to run (fps, run, overlap, model)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and rounds")
     args = parser.parse_args()
     if args.quick:
-        args.repeats, args.rounds, args.overlap_rounds = 2, 12, 6
+        args.repeats, args.rounds, args.overlap_rounds, args.model_rounds = 2, 12, 6, 6
+    parts = set(args.parts.split(","))
 
     import torch
 
@@ -164,34 +257,51 @@ def main() -> None:
               "(skipped: CUDA frames/s, CUDA learning check, CUDA overlap)")
 
     torch.set_num_threads(1)  # CPU rows as the plans run them: actors share the cores
-    result["learner_frames_per_s"] = {d: learner_fps(d, args.repeats) for d in devices}
-    c.log("learner frames/s measured")
-    runs = {d: short_run(d, args.rounds) for d in devices}
-    tail = max(3, args.rounds // 4)
-    last = {d: float(np.nanmean(r[-tail:])) for d, r in runs.items()}
-    result["short_run"] = {"returns": runs, "last_mean": last}
-    if cuda:
-        diff = abs(last["cuda"] - last["cpu"]) / max(abs(last["cpu"]), 1e-8)
-        result["short_run"].update(relative_difference=diff, same=diff <= args.tolerance)
-    c.log("short runs done")
-    with tempfile.TemporaryDirectory() as tmp:
-        result["overlap"] = {d: overlap(d, args.overlap_rounds, Path(tmp) / d) for d in devices}
+    # Each part's result is written as soon as it is measured: a run stopped by its time limit
+    # keeps what it finished.
     path = c.write_result("gpu_check", result, args.out)
-
-    print(f"learner frames/s ({', '.join(devices)}):")
-    for d, fps in result["learner_frames_per_s"].items():
-        print(f"  {d:<5} " + "  ".join(f"{k} {v:,.0f}" for k, v in fps.items()))
-    for d, value in last.items():
-        print(f"CartPole PPO, mean return of the last {tail} of {args.rounds} rounds on {d}: "
-              f"{value:.1f}")
-    if cuda:
-        verdict = "same" if result["short_run"]["same"] else "DIFFERENT"
-        print(f"  CPU vs CUDA: {verdict} (relative difference "
-              f"{result['short_run']['relative_difference']:.2f}, tolerance {args.tolerance})")
-    for d, o in result["overlap"].items():
-        print(f"overlap on {d}: pipelined {o['pipelined']['env_steps_per_s']:,.0f} vs sync "
-              f"{o['sync']['env_steps_per_s']:,.0f} env steps/s (x{o['speedup']:.2f}); learner "
-              f"busy {o['pipelined']['learner_busy']:.0%} of each pipelined round")
+    if "fps" in parts:
+        result["repeats"] = []
+        result["learner_frames_per_s"] = {d: learner_fps(d, args.repeats, result["repeats"])
+                                          for d in devices}
+        c.update_result(path, result)
+        print(f"learner frames/s ({', '.join(devices)}):", flush=True)
+        for d, fps in result["learner_frames_per_s"].items():
+            print(f"  {d:<5} " + "  ".join(f"{k} {v:,.0f}" for k, v in fps.items()), flush=True)
+    if "run" in parts:
+        runs = {d: short_run(d, args.rounds) for d in devices}
+        tail = max(3, args.rounds // 4)
+        last = {d: float(np.nanmean(r[-tail:])) for d, r in runs.items()}
+        result["short_run"] = {"returns": runs, "last_mean": last}
+        if cuda:
+            diff = abs(last["cuda"] - last["cpu"]) / max(abs(last["cpu"]), 1e-8)
+            result["short_run"].update(relative_difference=diff, same=diff <= args.tolerance)
+        c.update_result(path, result)
+        for d, value in last.items():
+            print(f"CartPole PPO, mean return of the last {tail} of {args.rounds} rounds on "
+                  f"{d}: {value:.1f}", flush=True)
+        if cuda:
+            verdict = "same" if result["short_run"]["same"] else "DIFFERENT"
+            print(f"  CPU vs CUDA: {verdict} (relative difference "
+                  f"{result['short_run']['relative_difference']:.2f}, tolerance "
+                  f"{args.tolerance})", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        if "overlap" in parts:
+            result["overlap"] = {d: overlap(d, args.overlap_rounds, Path(tmp) / d)
+                                 for d in devices}
+            c.update_result(path, result)
+            for d, o in result["overlap"].items():
+                print(f"overlap on {d}: pipelined {o['pipelined']['env_steps_per_s']:,.0f} vs "
+                      f"sync {o['sync']['env_steps_per_s']:,.0f} env steps/s "
+                      f"(x{o['speedup']:.2f}); learner busy "
+                      f"{o['pipelined']['learner_busy']:.0%} of each pipelined round", flush=True)
+        if "model" in parts:
+            device = devices[-1]
+            result["time_model"] = {"device": device, **time_model(
+                device, args.model_rounds, Path(tmp) / "model")}
+            c.update_result(path, result)
+            print(f"time model on {device}:", flush=True)
+            print(json.dumps(result["time_model"]["constants"], indent=2), flush=True)
     print(f"results: {path}")
 
 

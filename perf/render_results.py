@@ -33,8 +33,8 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
-             "boost_budget": "boost"}
-BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model)?")
+             "boost_budget": "boost", "gpu_check": "gpu_check"}
+BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
 RAW_KEYS = ("rows", "results", "runs", "repeats")
 NOT_RECHECKABLE = ("**Not re-checkable until re-measured**: this file keeps only aggregates "
