@@ -73,8 +73,25 @@ SETTINGS = {
     "hydrozoa": ['scaler={name="hydrozoa"}'],
     "critical_batch": ['scaler={name="critical_batch"}'],
 }
-COMMON = ["algo.minibatch_size=256", "checkpoint.enabled=false", "sinks=[]",
+COMMON = ["checkpoint.enabled=false", "sinks=[]",
           'probes=[{name="eval", every=10, episodes=10}]']
+
+
+#: How an update uses a bigger round. ``size``: minibatches of 256 samples, so a round of N
+#: actors takes N times the SGD steps (the study's default). ``count``: the plan's 32
+#: minibatches whatever the batch, so a boosted round takes bigger steps, not more of them:
+#: the regime the paper assumed, where a GPU learner's update costs about the same at any N.
+MINIBATCHES = {"size": ["algo.minibatch_size=256"], "count": []}
+
+
+def common_sets(args: argparse.Namespace) -> list[str]:
+    return [*MINIBATCHES[args.minibatches], *COMMON]
+
+
+def variant(args: argparse.Namespace) -> str:
+    """The study's folder and result-name suffix beyond task and price (``-model-cuda-mb32``)."""
+    clock = "" if args.clock == "measured" else f"-{args.clock.replace('_', '-')}"
+    return clock + ("-mb32" if args.minibatches == "count" else "")
 
 
 def seeds(text: str) -> list[int]:
@@ -94,11 +111,12 @@ def task_slug(task: str) -> str:
     return task.split("-")[0].lower()
 
 
-def task_dir(root: Path, task: str, pricing: str, clock: str = "measured") -> Path:
+def task_dir(root: Path, task: str, pricing: str, suffix: str = "") -> Path:
     """Hopper's runs were stored before other tasks were: they keep the folder without a task.
-    Runs billed by the time model sit beside the measured ones, as ``<pricing>-model``."""
-    variant = pricing if clock == "measured" else f"{pricing}-{clock.replace('_', '-')}"
-    return root / variant if task == "Hopper-v5" else root / task_slug(task) / variant
+    Runs billed by the time model sit beside the measured ones, as ``<pricing>-model`` (the
+    ``suffix`` from ``variant``)."""
+    folder = pricing + suffix
+    return root / folder if task == "Hopper-v5" else root / task_slug(task) / folder
 
 
 def model_path(task: str) -> Path:
@@ -172,7 +190,7 @@ def clock_sets(args: argparse.Namespace) -> list[str]:
                          f"(boost_budget.py fit --task {task} --out RUNS)")
     constants = json.loads(path.read_text())["constants"]
     if args.clock == "model_cuda":
-        constants = {**constants, **cuda_learner_constants(task)}
+        constants = {**constants, **cuda_learner_constants(task, args.minibatches)}
     return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
 
 
@@ -182,9 +200,16 @@ LEARNER_KEYS = ("model_learner_s", "model_learner_s_per_step", "model_probe_s",
                 "model_probe_s_per_sample_step")
 
 
-def cuda_learner_constants(task: str) -> dict[str, float]:
+def cuda_learner_constants(task: str, minibatches: str = "size") -> dict[str, float]:
     """The learner's and the probe's time-model constants as measured on a GPU: the actors stay
-    Lambdas on CPUs, so only these replace the CPU fit's under ``--clock model_cuda``."""
+    Lambdas on CPUs, so only these replace the CPU fit's under ``--clock model_cuda``.
+
+    With minibatches of a fixed size the fit over 1, 4 and 16 actors applies as it is. With a
+    fixed count of 32 the update is 320 SGD steps whatever the batch, and on a GPU a step of
+    these small networks costs the launch of its kernels: gpu_check timed such an update at
+    2,048 samples (minibatches of 64), and its fit gives the seconds per step at minibatches of
+    256. A straight line through the two prices each step by its minibatch size, so an update
+    of B samples costs ``320 * (a + b * B / 32)`` seconds: a constant plus a small slope."""
     if task != "Hopper-v5":
         raise SystemExit(f"perf/gpu_check.py measures Hopper-v5's learner only, not {task}: "
                          "pass --model-task Hopper-v5")
@@ -192,7 +217,19 @@ def cuda_learner_constants(task: str) -> dict[str, float]:
     if not fitted or fitted.get("device") != "cuda":
         raise SystemExit(f"{GPU_CHECK} holds no time model measured on CUDA: run "
                          "perf/gpu_check.py on a machine with a GPU first")
-    return {k: fitted["constants"][k] for k in LEARNER_KEYS}
+    constants = {k: fitted["constants"][k] for k in LEARNER_KEYS}
+    if minibatches == "count":
+        data = json.loads(GPU_CHECK.read_text())
+        update_s = float(np.median([r["s"] for r in data["repeats"]
+                                    if r["device"] == "cuda" and r["case"] == "hopper_ppo"]))
+        epochs, count, measured_batch = 10, 32, 2048  # gpu_check's hopper_ppo update
+        small = (update_s / (epochs * count), measured_batch / count)
+        large = (constants["model_learner_s_per_step"] * 256 / epochs, 256.0)
+        b = (large[0] - small[0]) / (large[1] - small[1])
+        a = small[0] - b * small[1]
+        constants["model_learner_s"] = epochs * count * a
+        constants["model_learner_s_per_step"] = epochs * b
+    return constants
 
 
 CLOCK_TITLES = {"measured": "", "model": ", durations from the time model",
@@ -203,11 +240,11 @@ def run(args: argparse.Namespace) -> int:
     names = args.settings or list(SETTINGS)
     for seed in seeds(args.seeds):
         for name in names:
-            out = task_dir(args.out, args.task, args.pricing, args.clock) / name / f"seed-{seed}"
+            out = task_dir(args.out, args.task, args.pricing, variant(args)) / name / f"seed-{seed}"
             if (out / "summary.json").exists():
                 continue
             sets = [f"run.seed={seed}", f"stop.budget_usd={args.budget}",
-                    f'cost.learner="{args.pricing}"', f'env.id="{args.task}"', *COMMON,
+                    f'cost.learner="{args.pricing}"', f'env.id="{args.task}"', *common_sets(args),
                     *clock_sets(args), *SETTINGS[name]]
             cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out),
                    "--force", *[a for s in sets for a in ("--set", s)]]
@@ -233,10 +270,10 @@ def _slim(event: dict) -> dict | None:
 
 
 def store(args: argparse.Namespace) -> int:
-    for summary in sorted(task_dir(args.out, args.task, args.pricing, args.clock)
+    for summary in sorted(task_dir(args.out, args.task, args.pricing, variant(args))
                           .glob("*/seed-*/summary.json")):
         run_dir = summary.parent
-        kept = task_dir(STORED, args.task, args.pricing, args.clock) / run_dir.parent.name \
+        kept = task_dir(STORED, args.task, args.pricing, variant(args)) / run_dir.parent.name \
             / run_dir.name
         if (kept / "summary.json").exists():
             continue
@@ -323,10 +360,10 @@ def render(data: dict[str, Any]) -> str:
 
 
 def collect(args: argparse.Namespace) -> int:
-    stored = task_dir(STORED, args.task, args.pricing, args.clock)
+    stored = task_dir(STORED, args.task, args.pricing, variant(args))
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
     name = f"boost_{task_slug(args.task)}_{args.pricing}" \
-        + ("" if args.clock == "measured" else f"_{args.clock}")
+        + variant(args).replace("-", "_")
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     costs = probe_cost(dirs)
@@ -341,7 +378,7 @@ def collect(args: argparse.Namespace) -> int:
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
                  + CLOCK_TITLES[args.clock],
-        "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": COMMON,
+        "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": common_sets(args),
                      "clock": args.clock, "clock_sets": clock_sets(args),
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
                      "baseline": args.baseline},
@@ -361,6 +398,9 @@ def main() -> int:
                         help="bill measured durations, the time model fitted by `fit`, or that "
                              "model with the learner's and probe's seconds measured on a GPU "
                              "by perf/gpu_check.py (model_cuda)")
+    parser.add_argument("--minibatches", choices=tuple(MINIBATCHES), default="size",
+                        help="size: minibatches of 256 samples (more SGD steps for a bigger "
+                             "round); count: the plan's 32 whatever the batch (the paper's regime)")
     parser.add_argument("--model-task", choices=TASKS,
                         help="take the time model fitted on this task (default: --task)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")

@@ -160,7 +160,7 @@ def time_model(device: str, rounds: int, out: Path) -> dict[str, Any]:
     paths = []
     for n in (1, 4, 16):
         folder = out / f"fixed{n}"
-        sets = [*bb.COMMON, 'scaler={name="fixed"}', f"actors.count={n}",
+        sets = [*bb.MINIBATCHES["size"], *bb.COMMON, 'scaler={name="fixed"}', f"actors.count={n}",
                 'probes=[{name="hessian", samples=2048}]', f"stop.max_rounds={rounds}",
                 "stop.budget_usd=100", f"run.device={device}"]
         proc = c.run([sys.executable, "-m", "kernel", "run", str(bb.PLAN), "--out", str(folder),
