@@ -23,7 +23,9 @@ RUN = {
     "name": Field("str", "nitro", "Run name; the run directory is runs/<name>-<timestamp>."),
     "seed": Field("int", 1, "Seed for the learner, actors and scalers.", min=0),
     "out_dir": Field("str", "runs", "Parent folder of run directories."),
-    "device": Field("str", "auto", "torch device of the learner: auto, cpu, cuda, cuda:N."),
+    "device": Field("str", "auto", "torch device of the learner: auto (the learner plugin "
+                    "picks; the built-in ones take CUDA for image inputs only), cpu, cuda, "
+                    "cuda:N."),
     "torch_threads": Field(
         "int", 0, "CPU threads of the learner's torch (0: 1 for vector observations, where "
         "small minibatches lose to threading overhead; for pixels the cores local actor "

@@ -71,3 +71,20 @@ assert learner.threads == 1 and torch.get_num_threads() == 1, learner.threads
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize(("obs", "cuda", "expected"), [
+    ({"obs_shape": [4, 84, 84], "obs_dtype": "uint8"}, True, "cuda"),
+    ({"obs_shape": [11], "obs_dtype": "float32"}, True, "cpu"),
+    ({"obs_shape": [4, 84, 84], "obs_dtype": "uint8"}, False, "cpu"),
+])
+def test_auto_device_puts_only_pixel_learners_on_a_gpu(obs: dict, cuda: bool, expected: str,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from plugins.learners.onpolicy import resolve_device
+
+    # The one stand-in: this machine has no GPU, so whether one exists is what is pretended.
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    assert resolve_device("auto", obs) == expected
+    assert resolve_device("cpu", obs) == "cpu" and resolve_device("cuda:1", obs) == "cuda:1"
