@@ -1,0 +1,152 @@
+"""An Atari learning curve: return against agent steps and wall time, kept round by round.
+
+``run`` trains a plan (the Pong APPO plan by default) and stores its curve; ``store`` keeps the
+curve of a run made elsewhere (a GPU machine, say) from its run directory. The stored rows are
+every round's training-episode mean return (real game scores: the training envs end an episode
+per lost life but report whole games), its agent steps and its wall time, and every
+evaluation; RESULTS.md is rendered from them. Long: run by hand, never in CI.
+
+    python perf/atari_curve.py run --name pong_appo --set stop.max_wall_s=10800
+    python perf/atari_curve.py store --run /path/to/run --name pong_appo_h200 \\
+        --machine "one NVIDIA H200 beside a 16-core Xeon" --like perf/results/gpu_check.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import common as c
+
+ROOT = Path(__file__).resolve().parents[1]
+PLAN = ROOT / "plans" / "pong-appo.toml"
+
+
+def curve(run_dir: Path) -> dict[str, Any]:
+    """Per-round rows and evaluations from a run's events."""
+    rows, evals, start = [], [], None
+    for line in (run_dir / "events.jsonl").open():
+        e = json.loads(line)
+        if e["event"] == "RunStarted":
+            start = e["ts"]
+        elif e["event"] == "RoundFinished":
+            rows.append({"round": e["round"], "env_steps": e["env_steps"],
+                         "return": e.get("episode_return_mean"),
+                         "wall_s": round(e["ts"] - (start or e["ts"]), 2)})
+        elif e["event"] == "ProbeMeasured" and e["probe"] == "eval":
+            evals.append({"round": e["round"], "return": e["values"].get("eval_return")})
+    summary = json.loads((run_dir / "summary.json").read_text())
+    plan = (run_dir / "plan.toml").read_text()
+    return {"rows": rows, "evals": evals, "plan": plan,
+            "summary": {k: summary.get(k) for k in ("rounds", "env_steps", "wall_s",
+                                                    "stop_reason", "best_eval_return",
+                                                    "final_eval_return", "trained_fraction")}}
+
+
+def figure(data: dict[str, Any], name: str) -> Path:
+    """Return against agent steps: each round's training mean, and the evaluations."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = [r for r in data["rows"] if r["return"] is not None]
+    steps = {r["round"]: r["env_steps"] for r in data["rows"]}
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot([r["env_steps"] for r in rows], [r["return"] for r in rows], lw=1,
+            label="training episodes (mean per round)")
+    ax.plot([steps[e["round"]] for e in data["evals"]], [e["return"] for e in data["evals"]],
+            "o", label="deterministic evaluation")
+    ax.set_xlabel("agent steps")
+    ax.set_ylabel("game score")
+    ax.set_title(name)
+    ax.legend(loc="upper left", fontsize=8)
+    fig.tight_layout()
+    out = ROOT / "perf" / "figures" / f"atari_curve_{name}.png"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    plt.close(fig)
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    """Milestones of the curve: the mean training return over each tenth of the run."""
+    rows = [r for r in data["rows"] if r["return"] is not None]
+    s = data["summary"]
+    parts = [f"Machine: {data.get('machine_note') or 'this machine'}. {s['rounds']} rounds, "
+             f"{s['env_steps']:,} agent steps ({4 * s['env_steps']:,} frames) in "
+             f"{s['wall_s']:.0f} s; stopped by {s['stop_reason']}; trained on "
+             f"{(s.get('trained_fraction') or 0):.0%} of the sampled steps."]
+    if rows:
+        tenth = max(1, len(rows) // 10)
+        table = []
+        for i in range(0, len(rows), tenth):
+            chunk = rows[i:i + tenth]
+            table.append([f"{chunk[0]['round']}–{chunk[-1]['round']}", chunk[-1]["env_steps"],
+                          chunk[-1]["wall_s"],
+                          sum(r["return"] for r in chunk) / len(chunk),
+                          max(r["return"] for r in chunk)])
+        parts.append("Training-episode return (game score), by tenths of the run:\n\n"
+                     + c.md_table(["rounds", "agent steps", "wall s", "mean return",
+                                   "best round's mean"], table))
+    parts += [f"![curve]({Path(f).relative_to('perf')})" for f in data.get("figures", [])]
+    if data["evals"]:
+        parts.append("Deterministic evaluations: " + ", ".join(
+            f"round {e['round']}: {e['return']:.1f}" for e in data["evals"]) + ".")
+    return "\n\n".join(parts)
+
+
+def store(run_dir: Path, name: str, machine_note: str | None, command: str | None,
+          like: Path | None = None, title: str | None = None) -> Path:
+    """Keep the run's curve. A run made elsewhere names its own command, and ``like`` a result
+    measured on the same kind of machine, whose machine and versions replace this one's."""
+    result = {"title": title or f"Atari learning curve: {name}", **curve(run_dir),
+              "machine_note": machine_note}
+    path = c.write_result(f"atari_curve_{name}", result)
+    if command:
+        c.update_result(path, {"command": command})
+    c.update_result(path, {"figures": [str(figure(json.loads(path.read_text()), name)
+                                           .relative_to(ROOT))]})
+    if like is not None:
+        other = json.loads(like.read_text())
+        c.update_result(path, {"machine": other.get("machine"),
+                               "versions": other.get("versions")})
+    return path
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("action", choices=("run", "store"))
+    parser.add_argument("--name", required=True, help="result name: atari_curve_<name>")
+    parser.add_argument("--plan", type=Path, default=PLAN)
+    parser.add_argument("--set", action="append", default=[], help="plan override (repeat)")
+    parser.add_argument("--run", type=Path, help="store: the run directory")
+    parser.add_argument("--out", type=Path, default=ROOT / "runs" / "atari_curve")
+    parser.add_argument("--machine", help="store: where the run was made")
+    parser.add_argument("--title", help="the section's title in RESULTS.md")
+    parser.add_argument("--command", help="store: the command that made the run")
+    parser.add_argument("--like", type=Path, help="store: a result from the same kind of "
+                        "machine, whose machine and versions the curve takes")
+    args = parser.parse_args()
+    if args.action == "run":
+        run_dir = args.out / args.name
+        cmd = [sys.executable, "-m", "kernel", "run", str(args.plan), "--out", str(run_dir),
+               "--force", *[a for s in args.set for a in ("--set", s)]]
+        done = subprocess.run(cmd, cwd=ROOT)
+        if done.returncode != 0:
+            return done.returncode
+        path = store(run_dir, args.name, args.machine, None, title=args.title)
+    else:
+        if args.run is None:
+            parser.error("store needs --run DIR")
+        path = store(args.run, args.name, args.machine, args.command, args.like, args.title)
+    print(render(json.loads(path.read_text())))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
