@@ -13,7 +13,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import structlog
+
 from kernel.roles import CostModel, RoundRecord
+
+log = structlog.get_logger("kernel.run_state")
 
 
 @dataclass
@@ -141,6 +145,10 @@ class StopRules:
         if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
             return "max_wall_s"
         if limits["budget_usd"] is not None and self.sized(s.actors_next) == 0:
+            if s.round == 0:  # nothing to show for it: say why, with the figures
+                log.warning("budget_too_small_for_one_round", budget_usd=limits["budget_usd"],
+                            actors=self.n_min, round_usd_estimate=self.round_usd(self.n_min),
+                            hint="raise stop.budget_usd or lower actors.min")
             return "budget"
         return None
 

@@ -19,10 +19,11 @@ X86, ARM = 0.0000166667, 0.0000133334
 
 
 def cost_model(plan_actors: dict[str, Any] | None = None, *, transport: str = "memory",
-               **config: Any) -> AwsCost:
-    """The model as a run builds it: its plan section validated against its declared keys."""
+               plan_more: dict[str, Any] | None = None, **config: Any) -> AwsCost:
+    """The model as a run builds it: its plan section validated against its declared keys
+    (``plan_more``: other sections of the plan it reads)."""
     plan = {"actors": {"memory_mb": 1024, "sim_cold_start_s": 1.0, **(plan_actors or {})},
-            "transport": {"kind": transport}}
+            "transport": {"kind": transport}, **(plan_more or {})}
     cfg = validate_table("cost", {"name": "aws", **config}, {**COST, **AWS_COST_CONFIG})
     return AwsCost(PluginContext(name="aws", config=cfg, plan=plan, run_id="t", run_dir=None,
                                  seed=0, bus=None))
@@ -356,6 +357,30 @@ def test_the_time_model_bills_and_clocks_the_work_not_the_clock() -> None:
     assert items["failed_usd"] == pytest.approx(model.actor_usd(40.0), rel=1e-12)
 
 
+def test_under_the_time_model_round_one_is_priced_in_full_before_it_runs() -> None:
+    """Measured durations leave round 1 unknown; the model does not. Two actors of 4 envs x 64
+    steps: 256 steps each, 20 + 0.5 x 256 = 148 ms; update 0.1 + 1e-4 x 512 s; the Hessian
+    probe at its cap, 0.02 + 1e-5 x 1024 samples x 50 steps; plus the simulated cold starts.
+    And the round, once run, costs no more than that."""
+    model = cost_model({"steps": 64, "simulate": True}, learner="gpu", plan_more={
+        "env": {"num_envs": 4},
+        "probes": [{"name": "hessian", "samples": 1024, "max_steps": 50}]}, **MODEL)
+    seconds = 0.148 + 0.1 + 1e-4 * 512 + 0.02 + 1e-5 * 1024 * 50
+    expected = 2 * (0.2e-6 + model.init_usd() + model.actor_usd(148.0)) \
+        + (1.0 + seconds) * 3.06 / 3600
+    assert model.estimate_first_round_usd(2) == pytest.approx(expected, rel=1e-12)
+    rec = record([5000.0, 7000.0], sim_time_s=30.0, learner_s=9.0, probe_s=4.0)
+    rec.env_steps = 512
+    rec.probes = {"lanczos_steps": 31.0, "hessian_samples": 1024.0}
+    charged = sum(model.charge(rec, [receipt(0, 5000.0, env_steps=256),
+                                     receipt(1, 7000.0, env_steps=256)]).values())
+    assert charged <= model.estimate_first_round_usd(2)
+    # Measured durations: only what is certain.
+    measured = cost_model({"steps": 64, "simulate": True}, learner="gpu")
+    assert measured.estimate_first_round_usd(2) == pytest.approx(
+        2 * (0.2e-6 + measured.init_usd()) + 1.0 * 3.06 / 3600, rel=1e-12)
+
+
 def test_the_time_model_needs_all_its_constants() -> None:
     from kernel.plan import load_plan
     from kernel.schema import PlanError
@@ -406,3 +431,22 @@ def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_l
         busy.join()
     assert len(quiet) == 2 * 4
     assert loaded == pytest.approx(quiet, rel=1e-12)
+
+
+def test_under_the_time_model_a_budget_below_one_round_is_never_spent(tmp_path: Any) -> None:
+    """Round 1 is priced in full before it runs, so a budget that cannot pay for it ends the
+    run at once, having spent nothing (with measured durations round 1 would run and
+    overspend), and says why."""
+    import asyncio
+
+    from kernel.engine import Engine
+
+    overrides = {"run.mode": "sync", "run.seed": 3, "actors.count": 2, "actors.steps": 64,
+                 "actors.simulate": True, "probes": [], "sinks": [], "checkpoint.enabled": False,
+                 "cost.learner": "gpu", "stop.budget_usd": 1e-5,
+                 **{f"cost.{k}": v for k, v in MODEL.items()}}
+    summary = asyncio.run(Engine.from_plan("plans/cartpole.toml", overrides,
+                                           out_dir=tmp_path / "run").run())
+    assert (summary["stop_reason"], summary["rounds"], summary["cost_usd"]) == ("budget", 0, 0.0)
+    log = (tmp_path / "run" / "log.jsonl").read_text()
+    assert "budget_too_small_for_one_round" in log and "round_usd_estimate" in log

@@ -125,6 +125,13 @@ class AwsCost:
         #: Durations from the work done instead of the clock (``plugins/cost/time_model.py``).
         self.model = TimeModel.from_config(cfg)
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
+        #: What the time model needs to price round 1 before anything ran: an invocation's env
+        #: steps, and the longest the Hessian probe may take (its samples x its step cap).
+        env = ctx.plan.get("env") or {}
+        self.invocation_steps = int(actors.get("steps") or 0) * int(env.get("num_envs") or 1)
+        self.probe_sample_steps = max(
+            (int(p.get("samples") or 0) * int(p.get("max_steps") or 0)
+             for p in ctx.plan.get("probes") or [] if p.get("name") == "hessian"), default=0)
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
         #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
@@ -292,11 +299,21 @@ class AwsCost:
         return self.margin * (actors_usd + seconds * self.time_usd_per_s())
 
     def estimate_first_round_usd(self, actors: int) -> float:
-        """Before any round nothing is measured: only the requests and the simulated cold
-        starts are certain, so round 1 runs unless those alone exceed the budget."""
+        """Before any round nothing is measured: with measured durations only the requests and
+        the simulated cold starts are certain, so round 1 runs unless those alone exceed the
+        budget. The time model knows the whole round in advance (the probe at its step cap),
+        so under it a budget too small for round 1 is never overspent."""
         cold = self.cold_start_s if self.simulate else 0.0
-        return actors * (self.request_usd + (self.init_usd() if self.simulate else 0.0)) \
+        certain = actors * (self.request_usd + (self.init_usd() if self.simulate else 0.0)) \
             + cold * self.time_usd_per_s()
+        if self.model is None or self.kind == "vm" or not self.invocation_steps:
+            return certain
+        m = self.model
+        ms = m.invocation_ms(self.invocation_steps)
+        probe_s = m.probe_s + m.probe_s_per_sample_step * self.probe_sample_steps \
+            if self.probe_sample_steps else 0.0
+        seconds = ms / 1000 + m.update_s(actors * self.invocation_steps) + probe_s
+        return certain + actors * self.actor_usd(ms) + seconds * self.time_usd_per_s()
 
     # -- checkpoints --------------------------------------------------------------------------
 
