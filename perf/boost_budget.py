@@ -362,8 +362,7 @@ def render(data: dict[str, Any]) -> str:
 def collect(args: argparse.Namespace) -> int:
     stored = task_dir(STORED, args.task, args.pricing, variant(args))
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
-    name = f"boost_{task_slug(args.task)}_{args.pricing}" \
-        + variant(args).replace("-", "_")
+    name = result_name(args)
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
     result = agg.aggregate(groups, args.target, args.baseline)
     costs = probe_cost(dirs)
@@ -388,9 +387,57 @@ def collect(args: argparse.Namespace) -> int:
     return 0
 
 
+def result_name(args: argparse.Namespace) -> str:
+    return f"boost_{task_slug(args.task)}_{args.pricing}" + variant(args).replace("-", "_")
+
+
+def doc_table(data: dict[str, Any], baselines: list[str]) -> str:
+    """docs/boosting.md's compact table of a collected study: per setting the final
+    evaluation (mean with its interval, IQM), mean N, env steps, the paired differences
+    against each of ``baselines``, and the cost to the target; recomputed from the rows."""
+    rows = data["rows"]
+    settings = list(dict.fromkeys(r["setting"] for r in rows))
+    by = {name: [r for r in rows if r["setting"] == name] for name in settings}
+
+    def num(v: float, signed: bool = False) -> str:
+        text = f"{v:+,.0f}" if signed else f"{v:,.0f}"
+        return text.replace("-", "−")
+
+    def interval(ci: tuple[float, float] | None, signed: bool = False) -> str:
+        return "" if ci is None else f" [{num(ci[0], signed)}, {num(ci[1], signed)}]"
+
+    target = data.get("target")
+    head = ["setting", "seeds", "final eval, mean [95 % CI]", "IQM", "mean N", "env steps",
+            *(f"Δ final vs `{b}` [95 % CI]" for b in baselines),
+            f"cost to {target:g}, $ (seeds reaching it)"]
+    lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
+    for name in settings:
+        mine = by[name]
+        final = agg.describe([r["final_eval_return"] for r in mine])
+        cells = [f"`{name}`", str(len(mine)), num(final["mean"]) + interval(final["mean_ci"]),
+                 num(final["iqm"]), f"{np.mean([r['mean_actors'] for r in mine]):.1f}",
+                 num(np.mean([r["env_steps"] for r in mine]))]
+        for b in baselines:
+            if b == name or b not in by:
+                cells.append("—")
+                continue
+            d = agg.paired(mine, by[b], "final_eval_return")
+            cells.append(num(d["mean"], True) + interval(d["mean_ci"], True))
+        reached = [r["cost_to_target_usd"] for r in mine if r.get("cost_to_target_usd")]
+        cells.append(f"{np.mean(reached):.4f} ({len(reached)})" if reached else "— (0)")
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def doctable(args: argparse.Namespace) -> int:
+    data = json.loads((c.RESULTS / f"{result_name(args)}.json").read_text())
+    print(doc_table(data, args.baselines or [data.get("baseline") or "fixed8"]))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "store", "collect", "fit"))
+    parser.add_argument("action", choices=("run", "store", "collect", "fit", "doctable"))
     parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
@@ -409,8 +456,10 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "boost")
     parser.add_argument("--target", type=float, default=500.0)
     parser.add_argument("--baseline", default="fixed2")
+    parser.add_argument("--baselines", nargs="+", help="doctable: settings to pair against")
     args = parser.parse_args()
-    return {"run": run, "store": store, "collect": collect, "fit": fit}[args.action](args)
+    return {"run": run, "store": store, "collect": collect, "fit": fit,
+            "doctable": doctable}[args.action](args)
 
 
 if __name__ == "__main__":
