@@ -200,8 +200,9 @@ def render(data: dict[str, Any]) -> str:
                    *(["cuda / cpu"] if "cuda" in devices else [])]
         parts.append("Learner frames/s, median of the repeats (CPU rows on one torch thread, as "
                      "the plans run them). `hopper_ppo_waiting` is the update with the host "
-                     "waiting for every step's gradient norm, as before; on the CPU a wait "
-                     "costs nothing.\n\n" + c.md_table(headers, table))
+                     "waiting for every step's gradient norm, as before (on the CPU that read "
+                     "waits for nothing: the difference there is noise).\n\n"
+                     + c.md_table(headers, table))
     short = data.get("short_run")
     if short:
         line = ", ".join(f"{d} {v:.1f}" for d, v in short["last_mean"].items())
