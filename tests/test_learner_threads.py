@@ -88,3 +88,13 @@ def test_auto_device_puts_only_pixel_learners_on_a_gpu(obs: dict, cuda: bool, ex
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
     assert resolve_device("auto", obs) == expected
     assert resolve_device("cpu", obs) == "cpu" and resolve_device("cuda:1", obs) == "cuda:1"
+
+
+def test_auto_device_without_spaces_keeps_the_old_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin written before the rule calls ``resolve_device(name)``: it still works."""
+    import torch
+
+    from plugins.learners.onpolicy import resolve_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"

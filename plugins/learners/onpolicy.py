@@ -59,19 +59,20 @@ def _default_threads(spaces: Mapping[str, Any], actors: Mapping[str, Any] | None
     return max(1, cores - workers)
 
 
-def resolve_device(name: str, spaces: Mapping[str, Any]) -> str:
+def resolve_device(name: str, spaces: Mapping[str, Any] | None = None) -> str:
     """The learner's torch device; ``auto`` takes CUDA for pixel observations only.
 
     A vector-observation MLP is too small for a GPU: each SGD step costs the launch of its
     kernels, and on an H200 a Hopper PPO update ran at 0.40x of one CPU thread, while the
     Nature CNN's APPO update on Pong frames ran at 17.7x (perf/gpu_check.py). Name ``cuda``
-    to put an MLP there anyway.
+    to put an MLP there anyway. Without ``spaces`` (a plugin written before this rule) any
+    available CUDA device is taken, as before.
     """
     if name != "auto":
         return name
     import torch
 
-    pixels = spaces["obs_dtype"] == "uint8" and len(spaces["obs_shape"]) == 3
+    pixels = spaces is None or (spaces["obs_dtype"] == "uint8" and len(spaces["obs_shape"]) == 3)
     return "cuda" if pixels and torch.cuda.is_available() else "cpu"
 
 

@@ -17,5 +17,6 @@ def make_a2c(ctx: PluginContext) -> OnPolicyLearner:
     cfg["hidden_sizes"] = tuple(cfg.get("hidden_sizes", (64, 64)))
     torch.manual_seed(ctx.seed)
     spaces = describe(env_spec_of(ctx.plan))
-    core = A2C(spaces, A2CConfig(**cfg), device=resolve_device(ctx.plan["run"]["device"]))
+    device = resolve_device(ctx.plan["run"]["device"], spaces)
+    core = A2C(spaces, A2CConfig(**cfg), device=device)
     return OnPolicyLearner(ctx, core, spaces, ctx.name)
