@@ -18,6 +18,7 @@ Rows (all on one core, one torch thread, like a local worker or a 1-vCPU Lambda)
 Repeats are interleaved (every row once, then again), so a busy neighbour slows all rows alike;
 each row prints its best steps/s and its ratio to the raw row measured in the same run.
 
+    .venv/bin/python perf/atari_sps.py            # raw rows in perf/results/atari_sps.json
     .venv/bin/python perf/atari_sps.py --quick
 """
 
@@ -28,6 +29,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import common as c
 import gymnasium as gym
 import numpy as np
 
@@ -176,19 +178,30 @@ def main() -> None:
         (f"Sampler + plugins' actor ({type(plugin_actor).__name__})",
          sampler(spec, steps, plugin_actor)),
     ]
-    best = {name: 0.0 for name, fn in rows if fn is not None}
-    for _ in range(repeats):
+    measured = []
+    for repeat in range(repeats):
         for name, fn in rows:
             if fn is not None:
-                best[name] = max(best[name], timed(fn))
-    print(f"{args.env_id}: agent steps/s on one core, {steps} steps per row, best of {repeats}")
-    baseline = best[rows[0][0]]
-    for name, fn in rows:
-        if fn is None:
-            print(f"  {name:<48} skipped (its optional package is not installed)")
-            continue
-        sps = best[name]
-        print(f"  {name:<48} {sps:>9,.0f}   x{sps / baseline:.2f} of raw")
+                measured.append({"row": name, "repeat": repeat, "steps_per_s": timed(fn)})
+    result = {"title": "Atari agent steps/s on Pong with preprocessing vs raw ale-py",
+              "env_id": args.env_id, "steps": steps, "quick": args.quick, "rows": measured,
+              "skipped": [name for name, fn in rows if fn is None]}
+    c.write_result("atari_sps", result)
+    print(render(result))
+
+
+def render(data: dict[str, Any]) -> str:
+    """Each row's best steps/s over the repeats and its ratio to raw ale-py's best (the
+    repeats ran interleaved, so a busy neighbour slowed every row alike)."""
+    names = list(dict.fromkeys(r["row"] for r in data["rows"]))
+    best = {n: max(r["steps_per_s"] for r in data["rows"] if r["row"] == n) for n in names}
+    repeats = max(r["repeat"] for r in data["rows"]) + 1
+    raw_best = best[names[0]]
+    table = [[n, best[n], f"x{best[n] / raw_best:.2f}"] for n in names]
+    table += [[n, "skipped (optional package not installed)", "—"] for n in data["skipped"]]
+    return (f"{data['env_id']}: agent steps/s on one core, {data['steps']:,} steps per row, "
+            f"best of {repeats} interleaved repeats (higher is better).\n\n"
+            + c.md_table(["row", "agent steps/s", "of raw ale-py"], table))
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
-             "boost_budget": "boost", "gpu_check": "gpu_check"}
+             "boost_budget": "boost", "gpu_check": "gpu_check", "atari_sps": "atari_sps"}
 BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
 RAW_KEYS = ("rows", "results", "runs", "repeats")
