@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from envs import RunningMeanStd, describe
+from envs import RunningMeanStd, describe, is_image_obs
 from kernel.roles import Batch, PluginContext, SnapshotRequest
 
 ROLLOUT_KEYS = ("obs", "actions", "logprobs", "values", "rewards", "terminated", "truncated",
@@ -72,7 +72,7 @@ def resolve_device(name: str, spaces: Mapping[str, Any] | None = None) -> str:
         return name
     import torch
 
-    pixels = spaces is None or (spaces["obs_dtype"] == "uint8" and len(spaces["obs_shape"]) == 3)
+    pixels = spaces is None or is_image_obs(spaces)
     return "cuda" if pixels and torch.cuda.is_available() else "cpu"
 
 
