@@ -106,15 +106,16 @@ def store(run_dir: Path, name: str, machine_note: str | None, command: str | Non
     measured on the same kind of machine, whose machine and versions replace this one's."""
     result = {"title": title or f"Atari learning curve: {name}", **curve(run_dir),
               "machine_note": machine_note}
+    result["figures"] = [str(figure(result, name).relative_to(ROOT))]
     path = c.write_result(f"atari_curve_{name}", result)
-    if command:
-        c.update_result(path, {"command": command})
-    c.update_result(path, {"figures": [str(figure(json.loads(path.read_text()), name)
-                                           .relative_to(ROOT))]})
+    # What write_result records of this machine and this command, replaced for a run made
+    # elsewhere.
+    elsewhere: dict[str, Any] = {"command": command} if command else {}
     if like is not None:
         other = json.loads(like.read_text())
-        c.update_result(path, {"machine": other.get("machine"),
-                               "versions": other.get("versions")})
+        elsewhere.update(machine=other.get("machine"), versions=other.get("versions"))
+    if elsewhere:
+        c.update_result(path, elsewhere)
     return path
 
 
