@@ -63,11 +63,17 @@ SETTINGS = {
     "fixed4": ['scaler={name="fixed"}', "actors.count=4"],
     "fixed8": ['scaler={name="fixed"}', "actors.count=8"],
     "fixed16": ['scaler={name="fixed"}', "actors.count=16"],
-    "nitro": ['scaler={name="nitro"}'],
+    # The paper's rule with its bugs fixed (a min-max window over a decaying rho), pinned by
+    # name so the stored runs keep their meaning whatever nitro's default rule is.
+    "nitro": ['scaler={name="nitro", rule="window"}'],
     # The same rule with the Hessian measured every 4th round (N held in between): what the
     # probe's own cost takes from nitro.
-    "nitro_p4": ['scaler={name="nitro"}', 'probes=[{name="eval", every=10, episodes=10}, '
-                 '{name="hessian", every=4}]'],
+    "nitro_p4": ['scaler={name="nitro", rule="window"}', 'probes=[{name="eval", every=10, '
+                 'episodes=10}, {name="hessian", every=4}]'],
+    # The anchored rule around N = 8 (the best fixed N of the Hopper studies), N in [4, 16],
+    # the Hessian measured every 4th round: against fixed8 it is what the curvature adds.
+    "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
+                     'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
     "decay_only": ['scaler={name="decay_only"}'],
     "prototype": ['scaler={name="prototype"}'],
     "hydrozoa": ['scaler={name="hydrozoa"}'],

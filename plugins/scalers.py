@@ -136,6 +136,12 @@ class NitroScaler(_Scaler):
     max(N_max * decay^t, N_min). ``prototype_compat`` runs the paper's prototype rule exactly
     instead (``prototype_step``). A missing or non-finite rho keeps N; a window without spread
     (0/0) scores ``flat_score``.
+
+    ``rule = "anchored"`` (``anchored_step``) boosts around a fixed count instead of decaying
+    from N_max: the equal-budget studies found the best fixed N hard to beat and the window
+    rule's N jumping between the ends of its range on a noisy rho, so this rule keeps the
+    fan-out at ``base`` on average and moves it, by at most a factor ``gain`` either way, by
+    how far log rho sits from its own moving average in moving standard deviations.
     """
 
     def __init__(self, ctx: PluginContext):
@@ -146,16 +152,24 @@ class NitroScaler(_Scaler):
         self.flat_score = float(cfg["flat_score"])
         self.prototype_compat = bool(cfg["prototype_compat"])
         self.signal = str(cfg["signal"])
+        self.rule = str(cfg["rule"])
+        self.base = int(cfg["base"] or ctx.plan["actors"]["count"])
+        self.gain = float(cfg["gain"])
+        self.min_history = int(cfg["min_history"])
+        # anchored: moving mean and variance of log rho, and how many values they hold
+        self.mean, self.var, self.seen = 0.0, 0.0, 0
 
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round
         rho = self.rho(ctx.history[-1]) if ctx.history else None
-        if rho is None:
+        if rho is None or (self.rule == "anchored" and rho <= 0):
             # No usable measurement this round: keep N rather than react to a missing value.
             self.last_detail = {"skipped": 1.0, "window": float(len(self.window))}
             return ctx.current
         if self.prototype_compat:
             return self.prototype_step(rho, t, ctx.n_min, ctx.n_max)
+        if self.rule == "anchored":
+            return self.anchored_step(rho)
         decayed = rho * self.decay ** t
         self.window.append(decayed)
         floor_t = max(ctx.n_max * self.decay ** t, float(ctx.n_min))
@@ -195,11 +209,46 @@ class NitroScaler(_Scaler):
                             "raw": raw, "skipped": 0.0, "window": float(len(self.window))}
         return int(raw)
 
+    def anchored_step(self, rho: float) -> int:
+        """N = base * gain^clip(z, -1, 1), z = (log rho - m) / s against the moving mean m and
+        standard deviation s of the earlier values (exponential, horizon ``window``).
+
+        Logs, because rho spans orders of magnitude over a run and its noise is multiplicative;
+        a standardised score, because a min-max window ranks the newest value against
+        extremes that one outlier sets; the clip and the anchor, because the studies' best
+        fixed N was within a factor 2 of every other good fixed N, so a boost need not reach
+        further to help and cannot cost more than that when the signal misleads. The value is
+        scored before it enters the moving statistics, so a round is judged against its past.
+        """
+        x = math.log(rho)
+        if self.seen >= self.min_history:
+            z = (x - self.mean) / max(math.sqrt(self.var), 1e-6)
+            score = min(1.0, max(-1.0, z))
+        else:
+            z, score = 0.0, 0.0
+        alpha = 2.0 / (self.window.maxlen + 1)  # an EMA whose centre of mass is window/2 back
+        if self.seen == 0:
+            self.mean, self.var = x, 0.0
+        else:
+            delta = x - self.mean
+            self.mean += alpha * delta
+            self.var = (1 - alpha) * (self.var + alpha * delta * delta)
+        self.seen += 1
+        raw = self.base * self.gain ** score
+        self.last_detail = {"rho": rho, "z": z, "score": score, "raw": raw, "skipped": 0.0,
+                            "mean_log_rho": self.mean, "sd_log_rho": math.sqrt(self.var)}
+        return max(1, round(raw))
+
     def state(self) -> dict[str, Any]:
-        return {"window": list(self.window)}
+        return {"window": list(self.window), "mean": self.mean, "var": self.var,
+                "seen": self.seen}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.window.extend(float(v) for v in state["window"])
+        # checkpoints from before the anchored rule hold only the window
+        self.mean = float(state.get("mean", 0.0))
+        self.var = float(state.get("var", 0.0))
+        self.seen = int(state.get("seen", 0))
 
 
 def prototype_rho(probes: dict[str, float]) -> float | None:

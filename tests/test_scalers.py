@@ -194,6 +194,43 @@ def test_adaptive_scalers_clip_to_the_allocators_answer() -> None:
     assert make(FixedScaler).decide(sctx(history, affordable=1)) == 3
 
 
+def test_nitro_anchored_by_hand() -> None:
+    # window 3 -> EMA weight 0.5; base 4, gain 2; two values before the first boost.
+    # x = log rho. t=1: x=1, too few values: 4; mean 1.   t=2: x=1, still too few: 4.
+    # t=3: x=3, sd 0 (floored) -> z huge -> score 1: 8; mean 2, var 0.5 * (0 + 0.5 * 4) = 1.
+    # t=4: x=1.5, z = -0.5: 4 * 2^-0.5 = 2.83 -> 3; mean 1.75, var 0.5 * (1 + 0.5 * .25).
+    # t=5: NaN keeps 3.   t=6: x = 1.75 - 2 * 0.75, z = -2 -> clipped to -1: 2.
+    scaler = make(NitroScaler, rule="anchored", window=3, base=4, gain=2.0, min_history=2)
+    rhos = [math.e, math.e, math.e ** 3, math.e ** 1.5, math.nan, math.e ** 0.25]
+    assert run(scaler, rhos) == [4, 4, 8, 3, 3, 2]
+    assert scaler.mean == pytest.approx(1.75 + 0.5 * (0.25 - 1.75))
+    assert scaler.last_detail["z"] == pytest.approx(-2.0)
+    assert scaler.last_detail["score"] == -1.0
+
+
+def test_nitro_anchored_stays_within_gain_of_base_and_defaults_to_the_plan_count() -> None:
+    scaler = make(NitroScaler, rule="anchored")  # base = PLAN's actors.count = 3, gain 2
+    assert scaler.base == 3
+    rng = np.random.default_rng(5)
+    decisions = run(scaler, list(np.exp(rng.normal(0, 3, 200))), current=3)
+    assert min(decisions) >= 2 and max(decisions) <= 6  # round(3 / 2), 3 * 2
+    assert len(set(decisions)) > 2  # it moves
+
+
+def test_nitro_anchored_skips_non_positive_rho_and_restores_its_state() -> None:
+    scaler = make(NitroScaler, rule="anchored", min_history=1)
+    assert run(scaler, [0.0, -1.0], current=5) == [5, 5]  # log undefined: keep N
+    assert scaler.seen == 0
+    run(scaler, [2.0, 4.0, 8.0])
+    again = make(NitroScaler, rule="anchored", min_history=1)
+    again.load_state(json.loads(json.dumps(scaler.state())))
+    assert (again.mean, again.var, again.seen) == (scaler.mean, scaler.var, scaler.seen)
+    assert run(again, [3.0]) == run(scaler, [3.0])
+    old = make(NitroScaler, rule="anchored")
+    old.load_state({"window": [1.0, 2.0]})  # a checkpoint from before the rule
+    assert old.seen == 0
+
+
 # ---- baselines -------------------------------------------------------------------------------
 
 

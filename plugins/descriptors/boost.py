@@ -87,12 +87,20 @@ GNS_CONFIG = {
 }
 
 NITRO_CONFIG = {
-    "window": Field("int", 6, "Values in the min-max window.", min=1),
+    "window": Field("int", 6, "Values in the min-max window (anchored: the horizon of its "
+                    "moving mean and variance).", min=1),
     "decay": Field("float", 0.96, "Per-round decay of the signal and the floor.", min=0,
                    max=1, min_exclusive=True),
     "flat_score": Field("float", 1.0, "Score when the window has no spread (0/0).", min=0, max=1),
     "prototype_compat": Field("bool", False, "Reproduce the prototype's arithmetic."),
     "signal": Field("str", "hessian_ratio", "Probe value the score is built from."),
+    "rule": Field("str", "window", "window: the paper's min-max window over a decaying "
+                  "signal; anchored: base x gain^z around a fixed count, z from a smoothed "
+                  "log signal.", choices=("window", "anchored")),
+    "base": Field("int", None, "anchored: the count the rule boosts around (default "
+                  "actors.count).", min=1),
+    "gain": Field("float", 2.0, "anchored: N runs from base / gain to base x gain.", min=1),
+    "min_history": Field("int", 3, "anchored: measurements before the first boost.", min=1),
 }
 
 DECAY_ONLY_CONFIG = {
