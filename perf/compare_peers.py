@@ -32,6 +32,7 @@ import common as c
 import numpy as np
 from cartpole_time import run_nitro as run_nitro_cartpole
 
+NAME = "compare_peers"
 PEERS = c.PERF / "peers"
 PEER_PY = {"sb3": PEERS / ".venv-sb3" / "bin" / "python",
            "sb3_1t": PEERS / ".venv-sb3" / "bin" / "python",
@@ -158,24 +159,52 @@ DIFFERENCES = {
 }
 
 
+#: Fewest seeds both sides must share before a ratio is computed on them.
+MIN_COMMON_SEEDS = 3
+
+
+def common_seeds(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str
+                 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]], str]:
+    """Both sides cut to the seeds both finished with a value of ``key``, and a note naming
+    those seeds when that dropped any: a ratio is then taken over the same seeds on both sides
+    (seed luck cancels) instead of being refused because one side ran more seeds."""
+    a, b = c.by_seed(ours, key), c.by_seed(theirs, key)
+    shared = set(a) & set(b)
+    if len(shared) < MIN_COMMON_SEEDS or shared == set(a) == set(b):
+        return ours, theirs, ""
+    keep = [r for r in c.ok_rows(ours) if r["seed"] in shared]
+    return keep, [r for r in c.ok_rows(theirs) if r["seed"] in shared], \
+        f" (seeds {c.seed_list(shared)})"
+
+
+def paired_ratio(ours: list[dict[str, Any]], theirs: list[dict[str, Any]], key: str,
+                 names: tuple[str, str]) -> tuple[float | None, str]:
+    """Ratio of medians over the seeds both sides ran, with its paired interval, as a cell."""
+    ours, theirs, note = common_seeds(ours, theirs, key)
+    value, cell = c.ratio_text(ours, theirs, key, names)
+    return value, cell + (note if value is not None else "")
+
+
 def strongest_sb3(by_impl: dict[str, list[dict[str, Any]]]) -> tuple[str | None, str]:
-    """The SB3 layout a user would pick for speed: the lowest median process time among the
-    layouts run on the same seeds as Nitro (others cannot be compared), and why."""
+    """The SB3 layout a user would pick for speed: the one Nitro is slowest against, by the
+    ratio of median process times over the seeds both ran (a ratio, not the layout's own
+    median, so that layouts run on different seeds are each compared on Nitro's same seeds)."""
     nitro = by_impl.get("nitro", [])
     eligible, left_out = {}, []
     for impl in SB3_LAYOUTS:
         if impl not in by_impl:
             continue
-        value, reason = c.seed_ratio(nitro, by_impl[impl], "process_s", ("nitro", impl))
-        if reason is None:
-            eligible[impl] = c.median(list(c.by_seed(by_impl[impl], "process_s").values()))
+        value, cell = paired_ratio(nitro, by_impl[impl], "process_s", ("nitro", impl))
+        if value is not None:
+            eligible[impl] = value
         else:
-            left_out.append(f"{impl}: {reason}")
+            left_out.append(f"{impl}: {cell}")
     if not eligible:
-        return None, "no SB3 layout ran Nitro's seeds" + (f" ({'; '.join(left_out)})"
-                                                           if left_out else "")
-    best = min(eligible, key=lambda i: eligible[i])
-    why = f"{best}, lowest median process s among {', '.join(sorted(eligible))}"
+        return None, "no SB3 layout shares enough seeds with Nitro" + (
+            f" ({'; '.join(left_out)})" if left_out else "")
+    best = max(eligible, key=lambda i: eligible[i])
+    why = (f"{best}, highest Nitro / layout ratio of process s among "
+           f"{', '.join(sorted(eligible))}")
     return best, why + (f"; not eligible: {'; '.join(left_out)}" if left_out else "")
 
 
@@ -202,12 +231,13 @@ def task_tables(task: str, by_impl: dict[str, list[dict[str, Any]]], impls: list
     ratio_rows = []
     for peer in peers + ([best] if best else []):
         label = peer if len(ratio_rows) < len(peers) else f"strongest SB3 layout ({best})"
-        ratio_rows.append([label, *[c.ratio_text(by_impl.get("nitro", []), by_impl[peer], key,
+        ratio_rows.append([label, *[paired_ratio(by_impl.get("nitro", []), by_impl[peer], key,
                                                  ("nitro", peer))[1]
                                     for _, key, better in metrics if better]])
     if ratio_rows:
         out += ["", "Nitro / peer: ratio of medians over the same seeds [95% paired-bootstrap "
-                "interval]; a dash when the seed sets differ:", "",
+                "interval]; where one side ran more seeds, over the seeds both ran (named), "
+                f"and a dash below {MIN_COMMON_SEEDS} shared seeds:", "",
                 c.md_table(["peer", *[f"{label} ({better} is better)"
                                       for label, _, better in metrics if better]], ratio_rows),
                 "", f"Strongest SB3 layout for speed: {why}."]
@@ -222,7 +252,7 @@ def ratios_of(results: dict[str, dict[str, list[dict[str, Any]]]]) -> dict[str, 
             for _, key, better in METRICS[task]:
                 if better is None:
                     continue
-                out[f"{task}.{key}.nitro/{peer}"] = c.seed_ratio(
+                out[f"{task}.{key}.nitro/{peer}"] = paired_ratio(
                     by_impl.get("nitro", []), by_impl[peer], key, ("nitro", peer))[0]
     return out
 
@@ -370,8 +400,14 @@ def main() -> int:
                              "tasks, implementations and seeds this run does not repeat")
     parser.add_argument("--render", action="store_true",
                         help="run nothing: print the tables of the stored runs")
+    parser.add_argument("--name", default=NAME,
+                        help=f"result file under perf/results/ (default {NAME}); another name "
+                             "keeps a table measured on another machine beside the first, "
+                             "since runs from different CPUs never share a table")
     args = parser.parse_args()
-    stored_path = c.RESULTS / "compare_peers.json"
+    if not args.name.startswith(NAME):
+        parser.error(f"--name must start with {NAME!r} (that is how the page finds its renderer)")
+    stored_path = c.RESULTS / f"{args.name}.json"
     stored = (json.loads(stored_path.read_text(encoding="utf-8"))
               if (args.merge or args.render) and stored_path.exists() else None)
     if args.render:
@@ -421,8 +457,11 @@ def main() -> int:
                                   f"return {r.get('final_eval_return')}"))
     if stored is not None:
         results, impls, seeds_for = merged(stored, results, seeds_for)
+    title = "Nitro vs Stable-Baselines3 vs RLlib: PPO on CartPole and Hopper (issue 8)"
+    if args.name != NAME:
+        title += f", {machine['cpu']}"
     data = {
-        "title": "Nitro vs Stable-Baselines3 vs RLlib: PPO on CartPole and Hopper (issue 8)",
+        "title": title,
         "quick": args.quick, "seeds": seeds_for, "hopper_steps": args.hopper_steps,
         "results": results, "ratios": ratios_of(results), "versions": versions,
         "machine": machine, "note": args.note, "history": history,
@@ -431,7 +470,7 @@ def main() -> int:
     }
     print(render(data))
     if not args.render:
-        c.write_result("compare_peers", data)
+        c.write_result(args.name, data)
     return 0
 
 

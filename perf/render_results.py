@@ -51,6 +51,9 @@ def load_results(results: Path = c.RESULTS) -> dict[str, dict[str, Any]]:
     found = {p.stem: json.loads(p.read_text(encoding="utf-8"))
              for p in sorted(results.glob("*.json"))}
     names = [n for n in ORDER if n in found] + sorted(n for n in found if n not in ORDER)
+    # the peers' tables (one per machine they ran on) close the page
+    names = ([n for n in names if not n.startswith("compare_peers")]
+             + [n for n in names if n.startswith("compare_peers")])
     return {n: found[n] for n in names}
 
 
@@ -75,6 +78,8 @@ def renderer(name: str) -> str | None:
         return RENDERERS[name]
     if name.startswith("atari_curve_"):
         return "atari_curve"
+    if name.startswith("compare_peers"):  # one table per machine the peers ran on
+        return "compare_peers"
     return "boost_budget" if BUDGET_STUDY.fullmatch(name) else None
 
 
