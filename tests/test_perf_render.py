@@ -79,19 +79,26 @@ def peers_result(hopper: dict) -> dict:
             "hopper_steps": 300_000, "history": [{"when": "t", "command": "c", "loadavg": None}]}
 
 
-def test_peers_table_refuses_the_ratio_against_a_peer_run_on_fewer_seeds():
+def test_peers_ratio_against_a_peer_run_on_fewer_seeds_uses_only_the_seeds_both_ran():
     hopper = {"nitro": runs("nitro", range(1, 21), [86.0 + s for s in range(20)]),
               "sb3": runs("sb3", range(1, 21), [180.0 + s for s in range(20)]),
-              "sb3_1t": runs("sb3_1t", [1, 2, 3], [170.0, 171.0, 172.0])}
+              "sb3_1t": runs("sb3_1t", [1, 2, 3], [170.0, 171.0, 172.0]),
+              "rllib": runs("rllib", [1, 2], [330.0, 340.0])}
     text = cp.render(peers_result(hopper))
-    row = next(line for line in text.splitlines() if line.startswith("| sb3_1t |")
-               and "seeds differ" in line)
-    assert "— (seeds differ: nitro 1–20, sb3_1t 1–3)" in row
-    assert cp.ratios_of({"hopper": hopper})[
-        "hopper.process_s.nitro/sb3_1t"] is None
-    # the strongest SB3 layout is chosen only among layouts that ran Nitro's seeds
+    ratio_rows = text.split("Nitro / peer")[1].splitlines()
+    row = next(line for line in ratio_rows if line.startswith("| sb3_1t |"))
+    # Nitro's seeds 1-3 (86, 87, 88) against sb3_1t's: 87 / 171, never Nitro's 20-seed median
+    assert row.split("|")[2].strip().startswith(c.fmt(87.0 / 171.0))
+    assert "(seeds 1–3)" in row
+    assert cp.ratios_of({"hopper": hopper})["hopper.process_s.nitro/sb3_1t"] == \
+        pytest.approx(87.0 / 171.0)
+    # below three shared seeds the ratio is refused, with the reason
+    row = next(line for line in ratio_rows if line.startswith("| rllib |"))
+    assert "— (seeds differ: nitro 1–20, rllib 1–2)" in row
+    assert cp.ratios_of({"hopper": hopper})["hopper.process_s.nitro/rllib"] is None
+    # the strongest layout is the one Nitro is slowest against on the seeds both ran
     best, why = cp.strongest_sb3(hopper)
-    assert best == "sb3" and "sb3_1t: seeds differ" in why
+    assert best == "sb3_1t" and "sb3, sb3_1t" in why
 
 
 def test_peers_table_names_the_fastest_sb3_layout_and_divides_by_it():
