@@ -74,6 +74,10 @@ SETTINGS = {
     # the Hessian measured every 4th round: against fixed8 it is what the curvature adds.
     "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
                      'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    # Calibration for a task's time model (``fit``): the Hessian probe runs every round at a
+    # fixed N, so updates and probes are seen many times at two sizes.
+    "probe_n2": ['scaler={name="no_boost"}', "actors.count=2"],
+    "probe_n16": ['scaler={name="no_boost"}', "actors.count=16"],
     "decay_only": ['scaler={name="decay_only"}'],
     "prototype": ['scaler={name="prototype"}'],
     "hydrozoa": ['scaler={name="hydrozoa"}'],
