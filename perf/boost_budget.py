@@ -57,6 +57,8 @@ STORED = ROOT / "perf" / "boost_runs"
 ROUND_FIELDS = ("round", "actors", "env_steps", "round_env_steps", "eval_return",
                 "episode_return_mean", "round_s", "learner_s", "probe_s", "sim_time_s",
                 "cost_usd", "ts", "probes")
+#: Each setting names the start count it ran with (the plan's count changed from 2 to 8 when
+#: the anchored rule became the default; the adaptive rules keep the 2 their stored runs used).
 SETTINGS = {
     "fixed1": ['scaler={name="fixed"}', "actors.count=1"],
     "fixed2": ['scaler={name="fixed"}', "actors.count=2"],
@@ -65,11 +67,11 @@ SETTINGS = {
     "fixed16": ['scaler={name="fixed"}', "actors.count=16"],
     # The paper's rule with its bugs fixed (a min-max window over a decaying rho), pinned by
     # name so the stored runs keep their meaning whatever nitro's default rule is.
-    "nitro": ['scaler={name="nitro", rule="window"}'],
+    "nitro": ['scaler={name="nitro", rule="window"}', "actors.count=2"],
     # The same rule with the Hessian measured every 4th round (N held in between): what the
     # probe's own cost takes from nitro.
-    "nitro_p4": ['scaler={name="nitro", rule="window"}', 'probes=[{name="eval", every=10, '
-                 'episodes=10}, {name="hessian", every=4}]'],
+    "nitro_p4": ['scaler={name="nitro", rule="window"}', "actors.count=2",
+                 'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
     # The anchored rule around N = 8 (the best fixed N of the Hopper studies), N in [4, 16],
     # the Hessian measured every 4th round: against fixed8 it is what the curvature adds.
     "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
@@ -78,10 +80,10 @@ SETTINGS = {
     # fixed N, so updates and probes are seen many times at two sizes.
     "probe_n2": ['scaler={name="no_boost"}', "actors.count=2"],
     "probe_n16": ['scaler={name="no_boost"}', "actors.count=16"],
-    "decay_only": ['scaler={name="decay_only"}'],
-    "prototype": ['scaler={name="prototype"}'],
-    "hydrozoa": ['scaler={name="hydrozoa"}'],
-    "critical_batch": ['scaler={name="critical_batch"}'],
+    "decay_only": ['scaler={name="decay_only"}', "actors.count=2"],
+    "prototype": ['scaler={name="prototype"}', "actors.count=2"],
+    "hydrozoa": ['scaler={name="hydrozoa"}', "actors.count=2"],
+    "critical_batch": ['scaler={name="critical_batch"}', "actors.count=2"],
 }
 COMMON = ["checkpoint.enabled=false", "sinks=[]",
           'probes=[{name="eval", every=10, episodes=10}]']

@@ -76,7 +76,7 @@ def test_nitro_by_hand() -> None:
     # t=1: x=1, window [1] (0/0 -> score 1): 16.   t=2: x=0.5, [1, .5] -> 0, floor 4: 4.
     # t=3: x=1, [1, .5, 1] -> 1: 16.               t=4: x=.25, [.5, 1, .25] -> 0, floor 1: 1.
     # t=5: NaN -> keep 1.  t=6: missing -> keep 1.  t=7: x=.5, [.5,1,.25]... -> see below.
-    scaler = make(NitroScaler, decay=0.5, window=3)
+    scaler = make(NitroScaler, rule="window", decay=0.5, window=3)
     got = run(scaler, [2.0, 2.0, 8.0, 4.0, math.nan, None])
     assert got == [16, 4, 16, 1, 1, 1]
     assert scaler.last_detail["skipped"] == 1.0
@@ -85,7 +85,7 @@ def test_nitro_by_hand() -> None:
 
 
 def test_nitro_score_in_between_and_detail() -> None:
-    scaler = make(NitroScaler, decay=1.0, window=6)
+    scaler = make(NitroScaler, rule="window", decay=1.0, window=6)
     history = [rec(1, probes={"hessian_ratio": 0.0})]
     scaler.decide(sctx(history, n_min=1, n_max=10))
     history.append(rec(2, probes={"hessian_ratio": 4.0}))
@@ -98,7 +98,7 @@ def test_nitro_score_in_between_and_detail() -> None:
 
 def test_nitro_constant_signal_follows_the_decaying_floor() -> None:
     # Constant rho: each decayed value is the window's minimum (score 0): N = ceil(floor_t).
-    scaler = make(NitroScaler)
+    scaler = make(NitroScaler, rule="window")
     got = run(scaler, [3.0] * 30)
     want = [max(1, math.ceil(16 * 0.96**t - 1e-9)) for t in range(1, 31)]
     assert got == want
@@ -106,7 +106,7 @@ def test_nitro_constant_signal_follows_the_decaying_floor() -> None:
 
 
 def test_nitro_all_equal_window_uses_flat_score() -> None:
-    scaler = make(NitroScaler, decay=1.0, flat_score=0.5)
+    scaler = make(NitroScaler, rule="window", decay=1.0, flat_score=0.5)
     got = run(scaler, [2.0, 2.0, 2.0], n_min=1, n_max=8)
     assert got == [8, 8, 8]  # decay 1: floor = N_max
     assert scaler.last_detail["score"] == 0.5
@@ -165,13 +165,14 @@ def test_nitro_prototype_window_without_spread_scores_flat() -> None:
 
 
 def test_nitro_guards_nan_and_infinite_signals() -> None:
-    scaler = make(NitroScaler, decay=1.0, window=3)
+    scaler = make(NitroScaler, rule="window", decay=1.0, window=3)
     got = run(scaler, [1.0, math.inf, -math.inf, math.nan, 2.0], current=5, n_min=1, n_max=8)
     # inf, -inf and NaN are skipped (N kept); the window holds only finite values.
     assert got == [8, 8, 8, 8, 8]
     assert list(scaler.window) == [1.0, 2.0]
     # A spread wider than floats hold: (x - lo) / (hi - lo) would be inf / inf.
-    huge = make(NitroScaler, decay=1.0, window=3, flat_score=0.25)
+    huge = make(NitroScaler, rule="window", decay=1.0, window=3,
+                 flat_score=0.25)
     huge.window.extend([-1.7e308, 1.7e308])
     huge.window.append(1.7e308)
     assert huge.score(1.7e308) == 0.25
@@ -181,7 +182,7 @@ def test_nitro_guards_nan_and_infinite_signals() -> None:
 def test_adaptive_scalers_clip_to_the_allocators_answer() -> None:
     # The kernel's budget allocator answers `affordable` from the cost model's one estimate;
     # the scalers only clip to it (and record it), never compute their own.
-    scaler = make(NitroScaler)
+    scaler = make(NitroScaler, rule="window")  # the window's first value boosts to N_max
     history = [rec(1, actors=2, probes={"hessian_ratio": 1.0}, cost_usd=0.375)]
     ctx = sctx(history, budget_left=0.5, per_actor=0.125, affordable=3)
     assert budget_cap(ctx) == 3
@@ -316,6 +317,9 @@ def test_no_boost_computes_the_score_and_keeps_n() -> None:
               n_max=64)
     assert got == [16, 16, 16]
     assert scaler.last_detail["score"] == 0.0 and scaler.last_detail["would_boost_to"] == 44.0
+    # the paper's baseline scores with the paper's rule, whatever nitro's default rule is
+    assert make(NoBoostScaler).rule.rule == "window"
+    assert make(NoBoostScaler, rule="anchored").rule.rule == "anchored"
 
 
 def test_kungfu_follows_rises_of_the_noise_scale_and_updates_previous() -> None:

@@ -94,9 +94,9 @@ NITRO_CONFIG = {
     "flat_score": Field("float", 1.0, "Score when the window has no spread (0/0).", min=0, max=1),
     "prototype_compat": Field("bool", False, "Reproduce the prototype's arithmetic."),
     "signal": Field("str", "hessian_ratio", "Probe value the score is built from."),
-    "rule": Field("str", "window", "window: the paper's min-max window over a decaying "
-                  "signal; anchored: base x gain^z around a fixed count, z from a smoothed "
-                  "log signal.", choices=("window", "anchored")),
+    "rule": Field("str", "anchored", "anchored: base x gain^z around a fixed count, z from "
+                  "a smoothed log signal; window: the paper's min-max window over a decaying "
+                  "signal.", choices=("anchored", "window")),
     "base": Field("int", None, "anchored: the count the rule boosts around (default "
                   "actors.count).", min=1),
     "gain": Field("float", 2.0, "anchored: N runs from base / gain to base x gain.", min=1),
@@ -113,7 +113,10 @@ FIXED_CONFIG = {
     "count": Field("int", None, "Actors every round (default actors.count).", min=1),
 }
 
-NO_BOOST_CONFIG = {**NITRO_CONFIG, **FIXED_CONFIG}
+#: The paper's no-boost baseline computes the paper's score (the window rule) by default.
+NO_BOOST_CONFIG = {**NITRO_CONFIG, **FIXED_CONFIG,
+                   "rule": Field("str", "window", "Rule whose score is computed (and not "
+                                 "followed).", choices=("anchored", "window"))}
 
 KUNGFU_CONFIG = {
     "base": Field("int", None, "Actors from round 2 on, before any rise (default actors.min).",
