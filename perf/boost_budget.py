@@ -441,6 +441,59 @@ def doc_table(data: dict[str, Any], baselines: list[str]) -> str:
     return "\n".join(lines)
 
 
+#: The load-independent studies (time-model clocks) that ``pooled`` reads by default.
+POOLED_STUDIES = ("boost_hopper_gpu_model", "boost_hopper_gpu_model_cuda",
+                  "boost_hopper_gpu_model_cuda_mb32", "boost_walker2d_gpu_model_cuda")
+
+
+def pooled_difference(studies: list[dict[str, Any]], setting: str, baseline: str,
+                      draws: int = 10_000, seed: int = 0) -> dict[str, Any] | None:
+    """One verdict over several studies: each seed's final return of ``setting`` minus the
+    baseline's, divided by the standard deviation of the baseline's returns in that study (so
+    a Walker2d seed and a Hopper seed weigh alike), averaged over every seed both ran, with a
+    percentile-bootstrap interval over those seeds. None when no study ran both."""
+    diffs, per_study = [], {}
+    for data in studies:
+        rows = [r for r in data["rows"] if r.get("final_eval_return") is not None]
+        ours = {r["seed"]: r["final_eval_return"] for r in rows if r["setting"] == setting}
+        theirs = {r["seed"]: r["final_eval_return"] for r in rows if r["setting"] == baseline}
+        seeds = sorted(set(ours) & set(theirs))
+        if len(theirs) < 2 or not seeds:
+            continue
+        scale = float(np.std(list(theirs.values()), ddof=1))
+        study = [(ours[s] - theirs[s]) / scale for s in seeds]
+        per_study[data["name"]] = {"seeds": len(seeds), "mean_difference": float(
+            np.mean([ours[s] - theirs[s] for s in seeds])), "standardised": float(np.mean(study))}
+        diffs += study
+    if not diffs:
+        return None
+    arr = np.asarray(diffs)
+    rng = np.random.default_rng(seed)
+    boot = rng.choice(arr, (draws, arr.size)).mean(axis=1)
+    lo, hi = np.percentile(boot, [2.5, 97.5])
+    return {"setting": setting, "baseline": baseline, "seeds": int(arr.size),
+            "standardised": float(arr.mean()), "interval": [float(lo), float(hi)],
+            "studies": per_study}
+
+
+def pooled(args: argparse.Namespace) -> int:
+    """Print ``pooled_difference`` of ``--settings`` against each of ``--baselines`` over the
+    stored results named by ``--studies`` (file stems under perf/results/)."""
+    studies = [json.loads((c.RESULTS / f"{name}.json").read_text()) for name in args.studies]
+    for setting in args.settings or []:
+        for baseline in args.baselines or []:
+            got = pooled_difference(studies, setting, baseline)
+            if got is None:
+                print(f"{setting} - {baseline}: no study ran both")
+                continue
+            lo, hi = got["interval"]
+            print(f"{setting} - {baseline}: {got['standardised']:+.2f} baseline sd "
+                  f"[{lo:+.2f}, {hi:+.2f}] over {got['seeds']} seeds; per study: " + ", ".join(
+                      f"{k} {v['mean_difference']:+,.0f} ({v['seeds']})"
+                      for k, v in got["studies"].items()))
+    return 0
+
+
 def doctable(args: argparse.Namespace) -> int:
     data = json.loads((c.RESULTS / f"{result_name(args)}.json").read_text())
     print(doc_table(data, args.baselines or [data.get("baseline") or "fixed8"]))
@@ -449,7 +502,8 @@ def doctable(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "store", "collect", "fit", "doctable"))
+    parser.add_argument("action", choices=("run", "store", "collect", "fit", "doctable",
+                                           "pooled"))
     parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
@@ -468,10 +522,13 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "runs" / "boost")
     parser.add_argument("--target", type=float, default=500.0)
     parser.add_argument("--baseline", default="fixed2")
-    parser.add_argument("--baselines", nargs="+", help="doctable: settings to pair against")
+    parser.add_argument("--baselines", nargs="+",
+                        help="doctable, pooled: settings to pair against")
+    parser.add_argument("--studies", nargs="+", default=list(POOLED_STUDIES),
+                        help="pooled: result files (stems under perf/results/) to pool")
     args = parser.parse_args()
     return {"run": run, "store": store, "collect": collect, "fit": fit,
-            "doctable": doctable}[args.action](args)
+            "doctable": doctable, "pooled": pooled}[args.action](args)
 
 
 if __name__ == "__main__":

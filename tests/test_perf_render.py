@@ -215,3 +215,46 @@ def test_rows_without_a_table_of_their_own_are_shown_as_stored(tmp_path):
     page = rr.page(rr.load_results(tmp_path), tmp_path)
     assert "| round | rho |" in page and "| 2 | 4.00 |" in page
     assert rr.NOT_RECHECKABLE not in page
+
+
+def test_boost_pooled_difference_standardises_each_study_and_pairs_by_seed():
+    import boost_budget as bb
+
+    def study(name, ours, theirs):
+        rows = [{"setting": "a", "seed": s, "final_eval_return": v} for s, v in ours.items()]
+        rows += [{"setting": "b", "seed": s, "final_eval_return": v} for s, v in theirs.items()]
+        return {"name": name, "rows": rows}
+
+    # study 1: b's returns have sd 100, a is +100 on both shared seeds (seed 3: b only)
+    one = study("one", {1: 1100.0, 2: 1200.0}, {1: 1000.0, 2: 1100.0, 3: 1200.0})
+    # study 2: sd 10, a is -10 on its one seed
+    two = study("two", {7: 40.0}, {7: 50.0, 8: 60.0})
+    got = bb.pooled_difference([one, two], "a", "b")
+    sd2 = statistics.stdev([50.0, 60.0])
+    assert got["seeds"] == 3
+    assert got["standardised"] == pytest.approx((1.0 + 1.0 - 10.0 / sd2) / 3)
+    assert got["studies"]["one"] == {"seeds": 2, "mean_difference": 100.0, "standardised": 1.0}
+    lo, hi = got["interval"]
+    assert lo <= got["standardised"] <= hi
+    assert bb.pooled_difference([one], "a", "nobody") is None
+
+
+def test_boost_study_settings_build_valid_plans():
+    import boost_budget as bb
+
+    from kernel.plan import load_plan
+
+    raw = bb.PLAN.read_text()
+    for name, sets in bb.SETTINGS.items():
+        plan = load_plan(bb.PLAN, [*bb.COMMON, *sets])
+        # the adaptive settings keep the start count their stored runs used, whatever the
+        # plan's: 2 for the paper's rules and the schedules, 8 for the anchored rule
+        if name.startswith("fixed"):
+            assert plan["actors"]["count"] == int(name[5:]), name
+        elif name.startswith("anchored8"):
+            assert plan["actors"]["count"] == 8, name
+        elif not name.startswith("probe_n"):
+            assert plan["actors"]["count"] == 2, name
+        if name in ("nitro", "nitro_p4"):
+            assert plan["scaler"]["rule"] == "window"
+    assert 'rule = "anchored"' in raw
