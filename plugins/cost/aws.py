@@ -296,24 +296,37 @@ class AwsCost:
         else:
             per_actor = self.estimate_actor_usd(record) or self.actor_usd(0.0)
             actors_usd = actors * per_actor + cold * self.init_usd()
-        return self.margin * (actors_usd + seconds * self.time_usd_per_s())
+        envelope = self.margin * (actors_usd + seconds * self.time_usd_per_s())
+        bound = self.model_round_usd(actors, cold)
+        return envelope if bound is None else max(envelope, bound)
+
+    def model_round_usd(self, actors: int, cold: int) -> float | None:
+        """Under the time model a round's price is known before it runs, except for how many
+        Lanczos steps the Hessian probe takes: at their cap this is an upper bound (None without
+        the model). The envelope of recent rounds alone is not: with the probe every k-th round
+        it can be fitted on rounds without one and let a probing round overspend the budget."""
+        if self.model is None or self.kind == "vm" or not self.invocation_steps:
+            return None
+        m = self.model
+        ms = m.invocation_ms(self.invocation_steps)
+        probe_s = m.probe_s + m.probe_s_per_sample_step * self.probe_sample_steps \
+            if self.probe_sample_steps else 0.0
+        seconds = ms / 1000 + m.update_s(actors * self.invocation_steps) + probe_s \
+            + (self.cold_start_s if cold else 0.0)
+        return actors * self.actor_usd(ms) + cold * self.init_usd() \
+            + seconds * self.time_usd_per_s()
 
     def estimate_first_round_usd(self, actors: int) -> float:
         """Before any round nothing is measured: with measured durations only the requests and
         the simulated cold starts are certain, so round 1 runs unless those alone exceed the
         budget. The time model knows the whole round in advance (the probe at its step cap),
         so under it a budget too small for round 1 is never overspent."""
-        cold = self.cold_start_s if self.simulate else 0.0
-        certain = actors * (self.request_usd + (self.init_usd() if self.simulate else 0.0)) \
-            + cold * self.time_usd_per_s()
-        if self.model is None or self.kind == "vm" or not self.invocation_steps:
-            return certain
-        m = self.model
-        ms = m.invocation_ms(self.invocation_steps)
-        probe_s = m.probe_s + m.probe_s_per_sample_step * self.probe_sample_steps \
-            if self.probe_sample_steps else 0.0
-        seconds = ms / 1000 + m.update_s(actors * self.invocation_steps) + probe_s
-        return certain + actors * self.actor_usd(ms) + seconds * self.time_usd_per_s()
+        cold = actors if self.simulate else 0
+        bound = self.model_round_usd(actors, cold)
+        if bound is not None:
+            return bound
+        return actors * (self.request_usd + (self.init_usd() if self.simulate else 0.0)) \
+            + (self.cold_start_s if cold else 0.0) * self.time_usd_per_s()
 
     # -- checkpoints --------------------------------------------------------------------------
 
