@@ -27,7 +27,7 @@ OUT = c.PERF / "RESULTS.md"
 #: Section order on the page: quick, self-contained benchmarks first, the peers last; files
 #: not named here follow in name order.
 ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
-         "learner_bench", "atari_curve_pong_appo_h200", "gpu_check", "boost_budget", "boost_paper", "boost_vs_fixed", "boost_vs_fixed_small",
+         "learner_bench", "atari_curve_pong_appo_h200", "gpu_check", "boost_budget", "boost_paper",
          "hessian_subsample", "load",
          "soak", "compare_peers"]
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.

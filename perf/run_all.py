@@ -29,7 +29,7 @@ HELPERS = {"common", "run_all", "ppo_minimal", "render_results"}
 #: several simulated-cloud runs per scaler even at its smallest, the soak is long by design,
 #: and the GPU check is for a machine with a GPU. Scripts without a ``--quick`` are left out
 #: too: at full size they would not fit the quick check's 15 minutes.
-NOT_QUICK = {"boost_vs_fixed", "soak", "gpu_check"}
+NOT_QUICK = {"soak", "gpu_check"}
 #: Scripts with a make target of their own (``make boost``: hours at full size), run here only
 #: when ``--only`` names them.
 SEPARATE = {"boost"}
