@@ -130,19 +130,19 @@ class RandomScaler(_Scaler):
 
 
 class NitroScaler(_Scaler):
-    """Boost when the loss looks convex: rho high against its recent window.
+    """Boost when the loss looks convex: rho high against its recent past.
 
-    Default rule: x_t = rho_t * decay^t enters a window of ``window`` values; score = (x_t -
-    min) / (max - min); N = ceil(clip(N_max * score, floor_t, N_max)) with floor_t =
-    max(N_max * decay^t, N_min). ``prototype_compat`` runs the paper's prototype rule exactly
-    instead (``prototype_step``). A missing or non-finite rho keeps N; a window without spread
-    (0/0) scores ``flat_score``.
+    The default, ``rule = "anchored"`` (``anchored_step``), boosts around a fixed count: the
+    equal-budget studies found the best fixed N hard to beat and the window rule's N jumping
+    between the ends of its range on a noisy rho, so this rule keeps the fan-out at ``base`` on
+    average and moves it, by at most a factor ``gain`` either way, by how far log rho sits from
+    its own moving average in moving standard deviations.
 
-    ``rule = "anchored"`` (``anchored_step``) boosts around a fixed count instead of decaying
-    from N_max: the equal-budget studies found the best fixed N hard to beat and the window
-    rule's N jumping between the ends of its range on a noisy rho, so this rule keeps the
-    fan-out at ``base`` on average and moves it, by at most a factor ``gain`` either way, by
-    how far log rho sits from its own moving average in moving standard deviations.
+    ``rule = "window"``, the paper's rule with its bugs fixed: x_t = rho_t * decay^t enters a
+    window of ``window`` values; score = (x_t - min) / (max - min); N = ceil(clip(N_max *
+    score, floor_t, N_max)) with floor_t = max(N_max * decay^t, N_min); a window without spread
+    (0/0) scores ``flat_score``. ``prototype_compat`` runs the paper's prototype rule exactly
+    instead (``prototype_step``). Under every rule a missing or non-finite rho keeps N.
     """
 
     def __init__(self, ctx: PluginContext):
@@ -609,6 +609,6 @@ def validate_probe(section: dict[str, Any], plan: dict[str, Any]) -> None:
 
 
 #: The anchored rule holds N between measurements, so the Hessian it adds to a plan measures
-#: every 4th round: in the equal-budget studies probing every round cost 5-15 % of a run's
+#: every 4th round: in the equal-budget studies probing every round cost 4-15 % of a run's
 #: dollars, and the window rule did better measured every 4th round in all four of them.
 ANCHORED_PROBE_EVERY = 4

@@ -232,6 +232,18 @@ def test_nitro_anchored_skips_non_positive_rho_and_restores_its_state() -> None:
     assert old.seen == 0
 
 
+def test_the_hessian_probe_the_anchored_rule_adds_measures_every_4th_round() -> None:
+    from kernel.plan import load_plan
+
+    root = Path(__file__).resolve().parents[1]
+    sets = ["probes=[]", "scaler.name=nitro"]
+    anchored = load_plan(root / "plans" / "cartpole.toml", sets)
+    window = load_plan(root / "plans" / "cartpole.toml", [*sets, 'scaler.rule="window"'])
+    hessian = [p for p in anchored["probes"] if p["name"] == "hessian"]
+    assert len(hessian) == 1 and hessian[0]["every"] == 4
+    assert [p["every"] for p in window["probes"] if p["name"] == "hessian"] == [1]
+
+
 # ---- baselines -------------------------------------------------------------------------------
 
 
