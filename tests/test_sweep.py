@@ -161,8 +161,11 @@ def test_interrupted_sweep_resumes_where_it_stopped(plan: Path, tmp_path: Path) 
     long_plan = tmp_path / "long.toml"
     long_plan.write_text(plan.read_text().replace("max_rounds = 2", "max_wall_s = 4.0"))
     cmd = [PYTHON, "-m", "kernel", "sweep", str(long_plan), "--seeds", "1-2", "--out", str(out)]
+    # started with SIGINT ignored, as a shell script's background job is: the sweep must
+    # still stop on it, as `nitro run` does
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     events = out / "plan" / "seed-1" / "events.jsonl"
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:

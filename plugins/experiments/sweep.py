@@ -306,7 +306,10 @@ def execute(runs: Sequence[RunSpec], jobs: int, on_done: Callable[[RunSpec], Non
     after ``STOP_GRACE_S`` is killed."""
     pending = [r for r in runs if r.status == "pending"]
     active: dict[subprocess.Popen[bytes], tuple[RunSpec, float]] = {}
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # SIGINT explicitly too, as `nitro run` does: a sweep started as a background job of a
+    # script inherits SIGINT ignored, and would otherwise run to the end when asked to stop
+    previous = {sig: signal.signal(sig, _raise_interrupt)
+                for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         while pending or active:
             while pending and len(active) < jobs:
@@ -321,7 +324,8 @@ def execute(runs: Sequence[RunSpec], jobs: int, on_done: Callable[[RunSpec], Non
         _stop_all(active, on_done)
         raise Interrupted from None
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _raise_interrupt(signum: int, frame: Any) -> None:
