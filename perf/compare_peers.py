@@ -422,10 +422,9 @@ def main() -> int:
                         "loadavg": [round(x, 2) for x in os.getloadavg()]})
     seeds = args.seeds or ([1] if args.quick else list(range(1, 11)))
     # only the tasks this run measures: the page says which seeds were asked for
-    seeds_for = {task: seeds for task, seeds in {
-        "hopper": seeds,
-        "cartpole": args.cartpole_seeds or ([1] if args.quick else list(range(1, 11)))}.items()
-        if task in args.tasks}
+    asked = {"hopper": seeds,
+             "cartpole": args.cartpole_seeds or ([1] if args.quick else list(range(1, 11)))}
+    seeds_for = {task: asked[task] for task in args.tasks}
     args.hopper_steps = args.hopper_steps or (20_480 if args.quick else 300_000)
     impls = []
     for impl in args.impls:
