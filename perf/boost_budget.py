@@ -446,12 +446,12 @@ POOLED_STUDIES = ("boost_hopper_gpu_model", "boost_hopper_gpu_model_cuda",
                   "boost_hopper_gpu_model_cuda_mb32", "boost_walker2d_gpu_model_cuda")
 
 
-def pooled_difference(studies: list[dict[str, Any]], setting: str, baseline: str,
-                      draws: int = 10_000, seed: int = 0) -> dict[str, Any] | None:
+def pooled_difference(studies: list[dict[str, Any]], setting: str, baseline: str
+                      ) -> dict[str, Any] | None:
     """One verdict over several studies: each seed's final return of ``setting`` minus the
     baseline's, divided by the standard deviation of the baseline's returns in that study (so
-    a Walker2d seed and a Hopper seed weigh alike), averaged over every seed both ran, with a
-    percentile-bootstrap interval over those seeds. None when no study ran both."""
+    a Walker2d seed and a Hopper seed weigh alike), averaged over every seed both ran, with the
+    reports' percentile-bootstrap interval over those seeds. None when no study ran both."""
     diffs, per_study = [], {}
     for data in studies:
         rows = [r for r in data["rows"] if r.get("final_eval_return") is not None]
@@ -467,12 +467,9 @@ def pooled_difference(studies: list[dict[str, Any]], setting: str, baseline: str
         diffs += study
     if not diffs:
         return None
-    arr = np.asarray(diffs)
-    rng = np.random.default_rng(seed)
-    boot = rng.choice(arr, (draws, arr.size)).mean(axis=1)
-    lo, hi = np.percentile(boot, [2.5, 97.5])
-    return {"setting": setting, "baseline": baseline, "seeds": int(arr.size),
-            "standardised": float(arr.mean()), "interval": [float(lo), float(hi)],
+    lo, hi = agg.bootstrap_ci(diffs) or (float("nan"), float("nan"))
+    return {"setting": setting, "baseline": baseline, "seeds": len(diffs),
+            "standardised": float(np.mean(diffs)), "interval": [lo, hi],
             "studies": per_study}
 
 
