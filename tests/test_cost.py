@@ -476,3 +476,30 @@ def test_under_the_time_model_a_budget_below_one_round_is_never_spent(tmp_path: 
     assert (summary["stop_reason"], summary["rounds"], summary["cost_usd"]) == ("budget", 0, 0.0)
     log = (tmp_path / "run" / "log.jsonl").read_text()
     assert "budget_too_small_for_one_round" in log and "round_usd_estimate" in log
+
+
+def test_the_prototype_bill_read_off_a_run_is_the_bill_it_was_charged(tmp_path: Any) -> None:
+    """The paper protocol runs once under the ``aws`` model and reads the prototype's bill off
+    the same rounds; billed by the prototype model itself, a run's recorded total must be what
+    that reading gives, round by round (probe seconds left out, evaluation never billed)."""
+    import asyncio
+
+    from kernel.engine import Engine
+    from plugins.cost.prototype import bill_of_rounds
+    from plugins.experiments.report import load_run
+
+    overrides = {"run.mode": "sync", "run.seed": 5, "stop.max_rounds": 4, "actors.count": 2,
+                 "actors.steps": 64, "actors.simulate": True, "sinks": [],
+                 "checkpoint.enabled": False, "cost.name": "prototype",
+                 "probes": [{"name": "eval", "every": 2, "episodes": 2},
+                            {"name": "hessian", "every": 1, "max_steps": 10}]}
+    asyncio.run(Engine.from_plan("plans/cartpole.toml", overrides,
+                                 out_dir=tmp_path / "run").run())
+    run = load_run(tmp_path / "run")
+    assert len(run.rounds) == 4 and all(p > 0 for p in run.probe_s)
+    read_off = bill_of_rounds(run.sim_time_s, run.probe_s)
+    assert read_off == pytest.approx(run.cost_usd, rel=1e-9)
+    charged_probe = bill_of_rounds(run.sim_time_s, run.probe_s, charge_probe=True)
+    assert charged_probe[-1] > read_off[-1]
+    with pytest.raises(ValueError, match="4 rounds of time but 3 of probes"):
+        bill_of_rounds(run.sim_time_s, run.probe_s[:3])

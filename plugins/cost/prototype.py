@@ -62,3 +62,26 @@ class PrototypeCost:
     def load_state(self, state: dict[str, Any]) -> None:
         for actors, seconds in state["times"]:
             self.times.add(int(actors), float(seconds))
+
+
+def bill_of_rounds(sim_time_s: Sequence[float], probe_s: Sequence[float], *,
+                   charge_probe: bool = False, learner_usd_per_h: float = LEARNER_USD_PER_H,
+                   actors_usd_per_h: float = ACTORS_USD_PER_H) -> list[float]:
+    """The running total this model would have charged a run billed by another one.
+
+    ``sim_time_s`` is the run's cumulative simulated time after each round (what
+    ``RoundFinished`` reports) and ``probe_s`` each round's seconds in probes other than the
+    evaluation. When nothing in a run depends on its bill (no budget stops it, as in the
+    paper's 50-round protocol), the training is the same under both models, so one run gives
+    both bills and the protocol runs once instead of twice.
+    """
+    if len(sim_time_s) != len(probe_s):
+        raise ValueError(f"{len(sim_time_s)} rounds of time but {len(probe_s)} of probes")
+    per_s = (learner_usd_per_h + actors_usd_per_h) / 3600
+    total, previous, out = 0.0, 0.0, []
+    for cumulative, probe in zip(sim_time_s, probe_s, strict=True):
+        seconds = cumulative - previous
+        previous = cumulative
+        total += max(0.0, seconds if charge_probe else seconds - probe) * per_s
+        out.append(total)
+    return out

@@ -45,6 +45,8 @@ class RunData:
     actors: list[int] = field(default_factory=list)
     eval_return: list[float | None] = field(default_factory=list)
     score: list[float | None] = field(default_factory=list)
+    #: Seconds per round spent in probes other than the evaluation (the Hessian probe, ...).
+    probe_s: list[float] = field(default_factory=list)
     label: str = ""
     plan: dict[str, Any] = field(default_factory=dict)
 
@@ -88,6 +90,7 @@ def load_run(path: Path) -> RunData:
     stop_evals: dict[int, float] = {}
     scores: dict[int, float | None] = {}
     round_cost: dict[int, float] = {}
+    probe_s: dict[int, float] = {}
     with events_path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -110,6 +113,9 @@ def load_run(path: Path) -> RunData:
                 value = event.get("values", {}).get("eval_return")
                 if value is not None:
                     stop_evals[int(event["round"])] = float(value)
+            elif kind == "ProbeMeasured":
+                r = int(event["round"])
+                probe_s[r] = probe_s.get(r, 0.0) + float(event.get("probe_s") or 0.0)
             elif kind == "CostCharged":
                 round_cost[int(event["round"])] = float(event.get("round_usd", 0.0))
             elif kind == "RoundFinished":
@@ -129,6 +135,7 @@ def load_run(path: Path) -> RunData:
                 value = event.get("eval_return")
                 run.eval_return.append(None if value is None else float(value))
                 run.score.append(scores.get(r))
+                run.probe_s.append(probe_s.pop(r, 0.0))
     # The evaluation at stop comes after its round's RoundFinished (which has no return):
     # it belongs to that round's point, at the run's final steps, dollars and time.
     for i, r in enumerate(run.rounds):
@@ -139,7 +146,7 @@ def load_run(path: Path) -> RunData:
 
 def _series(run: RunData) -> list[list[Any]]:
     return [run.rounds, run.env_steps, run.wall_s, run.sim_time_s, run.cost_usd,
-            run.round_cost_usd, run.actors, run.eval_return, run.score]
+            run.round_cost_usd, run.actors, run.eval_return, run.score, run.probe_s]
 
 
 def label_runs(runs: list[RunData]) -> None:
