@@ -76,6 +76,9 @@ SETTINGS = {
     # the Hessian measured every 4th round: against fixed8 it is what the curvature adds.
     "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
                      'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    # The same around N = 4, for tasks whose best fixed N is 4 (Humanoid-v5): N in [2, 8].
+    "anchored4_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=4",
+                     'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
     # Calibration for a task's time model (``fit``): the Hessian probe runs every round at a
     # fixed N, so updates and probes are seen many times at two sizes.
     "probe_n2": ['scaler={name="no_boost"}', "actors.count=2"],
