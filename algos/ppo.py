@@ -11,6 +11,7 @@ gradients and Hessian-vector products of exactly the loss the learner optimises,
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -61,6 +62,10 @@ class PPOConfig:
     """the target KL divergence threshold: stop the epochs early once approx_kl exceeds it"""
     anneal_lr: bool = True
     """toggle learning rate annealing: lr = (1 - progress) * learning_rate"""
+    lr_reference_minibatch: int | None = None
+    """samples per minibatch at which learning_rate applies; when set, the rate follows the
+    minibatch size by Adam's square-root rule, lr * sqrt(size / reference), so a boosted
+    round's bigger (less noisy) steps are also longer. None keeps the rate whatever the size"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
     activation: str = "tanh"
@@ -265,6 +270,13 @@ class PPO(LearnerCore):
             return self.make_batch(rollout)
         return {**self.batch_inputs(rollout), **kept}
 
+    def lr_size_factor(self, minibatch_samples: float) -> float:
+        """Adam's square-root scaling rule (Malladi et al., 2022: the SDE of Adam is kept when
+        the rate grows as the square root of the batch), relative to the minibatch size the
+        rate was tuned at; 1 when no reference is set."""
+        reference = self.config.lr_reference_minibatch
+        return 1.0 if reference is None else math.sqrt(minibatch_samples / reference)
+
     def update(
         self,
         rollout: dict[str, np.ndarray],
@@ -276,9 +288,6 @@ class PPO(LearnerCore):
         `on_step(done, total)` runs after every optimiser step (the engine snapshots weights
         part-way through for pipelined actors)."""
         c = self.config
-        # Annealing the rate if instructed to do so.
-        lrnow = set_learning_rate(self.optimizer, c.learning_rate, c.anneal_lr, progress)
-
         self.optimised = None  # the last round's parts are stale now; free them first
         b = self.make_batch(rollout)
         self.remember_optimised(rollout, {k: v for k, v in b.items() if k in MODEL_PARTS})
@@ -286,6 +295,9 @@ class PPO(LearnerCore):
         minibatches = c.num_minibatches if c.minibatch_size is None else \
             max(1, min(batch_size // 2, round(batch_size / c.minibatch_size)))
         total_steps = c.update_epochs * minibatches
+        # Annealing the rate if instructed to do so, at the size of this round's minibatches.
+        lrnow = set_learning_rate(self.optimizer, c.learning_rate * self.lr_size_factor(
+            batch_size / minibatches), c.anneal_lr, progress)
 
         # ALGO LOGIC: optimizing the policy and value network
         self.model.train()

@@ -79,6 +79,15 @@ SETTINGS = {
     # The same around N = 4, for tasks whose best fixed N is 4 (Humanoid-v5): N in [2, 8].
     "anchored4_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=4",
                      'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    # A learning rate that follows the minibatch size (Adam's square-root rule from the 64
+    # samples per minibatch CleanRL tuned 3e-4 at): with --minibatches count a bigger round
+    # takes bigger steps, and these let it take longer ones too (N = 8: x1.41, N = 16: x2).
+    "fixed8_lr": ['scaler={name="fixed"}', "actors.count=8", "algo.lr_reference_minibatch=64"],
+    "fixed16_lr": ['scaler={name="fixed"}', "actors.count=16",
+                   "algo.lr_reference_minibatch=64"],
+    "anchored8_p4_lr": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
+                        'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]',
+                        "algo.lr_reference_minibatch=64"],
     # Calibration for a task's time model (``fit``): the Hessian probe runs every round at a
     # fixed N, so updates and probes are seen many times at two sizes.
     "probe_n2": ['scaler={name="no_boost"}', "actors.count=2"],

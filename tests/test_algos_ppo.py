@@ -260,6 +260,24 @@ def test_target_kl_stops_epochs_early_and_lr_never_reaches_zero() -> None:
     assert 0 < diag["learning_rate"] < 1e-8
 
 
+def test_learning_rate_follows_the_minibatch_size_by_the_square_root_rule() -> None:
+    """With a reference size the rate grows as sqrt(minibatch / reference): a round four times
+    bigger split into as many minibatches steps at twice the rate, before annealing; with
+    minibatches of a fixed size, or no reference, the rate stays put."""
+    torch.manual_seed(0)
+    ppo = PPO(DISCRETE, PPOConfig(num_minibatches=4, lr_reference_minibatch=32,
+                                  update_epochs=1))
+    small, big = synthetic_rollout(ppo, 32, 4), synthetic_rollout(ppo, 32, 16)
+    assert ppo.update(small, progress=0.0)["learning_rate"] == pytest.approx(3e-4)  # 128 / 4
+    assert ppo.update(big, progress=0.0)["learning_rate"] == pytest.approx(6e-4)  # 512 / 4
+    assert ppo.update(big, progress=0.5)["learning_rate"] == pytest.approx(3e-4)
+    fixed_size = PPO(DISCRETE, PPOConfig(minibatch_size=32, lr_reference_minibatch=32,
+                                         update_epochs=1))
+    assert fixed_size.update(big, progress=0.0)["learning_rate"] == pytest.approx(3e-4)
+    plain = PPO(DISCRETE, PPOConfig(num_minibatches=4, update_epochs=1))
+    assert plain.update(big, progress=0.0)["learning_rate"] == pytest.approx(3e-4)
+
+
 # torch's forward-AD decompositions still call torch.jit.script on first use (not our code).
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated")
 def test_state_dict_roundtrip_and_hessian_vector_product() -> None:

@@ -25,6 +25,10 @@ PPO_CONFIG = {
     "target_kl": Field("float", None, "Stop the epochs early past this KL.", min=0,
                        min_exclusive=True),
     "anneal_lr": Field("bool", True, "Anneal the learning rate linearly to 0."),
+    "lr_reference_minibatch": Field("int", None, "Samples per minibatch the learning rate was "
+                                    "tuned at; when set, the rate follows the minibatch size by "
+                                    "Adam's square-root rule (a boosted round takes longer "
+                                    "steps).", min=1),
     "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
     "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
