@@ -16,6 +16,15 @@ models, every run a simulated-cloud PPO run (local actors billed as concurrent L
   budget cannot pay for another round. Reward at budget, and cost and simulated time to a target
   return.
 
+Durations (``--clock``): ``measured`` bills what this machine took, so a run's dollars depend
+on what else ran beside it; ``model`` bills from the time model fitted on measured runs
+(``perf/boost_budget.py fit``, constants in perf/results/time_model_<task>.json; Walker2d-v5
+takes Hopper's), the same for the same work under any load; ``model_cuda`` keeps that model's
+actor seconds (Lambdas run on CPUs) and times the learner and the probe as measured on an H200
+(``perf/gpu_check.py``), the paper's regime of a GPU learner whose update costs about the same at
+any N. Defaults: ``model_cuda`` for the paper protocol, ``model`` for the budget protocol
+(priced as a CPU learner), ``measured`` for ``--quick`` (CartPole has no fitted model).
+
 Evaluation runs at stop always and every ``--eval-every`` rounds; its time is measured but not
 charged, so a run with more rounds does not pay for more evaluations.
 
@@ -24,7 +33,7 @@ charged, so a run with more rounds does not pay for more evaluations.
     python perf/boost.py --protocol budget --settings nitro decay_only fixed16 hydrozoa
     python perf/boost.py --protocol paper --collect      # re-aggregate what is on disk
 
-Runs go to ``runs/boost/<protocol>/<task>/<cost>/<setting>/seed-<s>``; rerunning the same
+Runs go to ``runs/boost/<protocol>[-<clock>]/<task>/<cost>/<setting>/seed-<s>``; rerunning the same
 command resumes (finished runs are skipped). Raw per-seed rows, with the machine, versions, load
 and command, go to ``perf/results/boost_<protocol>.json`` (``--quick``: under the run folder,
 never over the published results, unless ``NITRO_PERF_RESULTS`` says where).
@@ -33,6 +42,7 @@ never over the published results, unless ``NITRO_PERF_RESULTS`` says where).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -129,8 +139,30 @@ def setting(name: str) -> Setting:
                      "or fixedN")
 
 
+#: Each protocol's default clock (see the module's docstring).
+CLOCKS = {"paper": "model_cuda", "budget": "model"}
+
+
+def clock_costs(clock: str, task: str) -> dict[str, Any]:
+    """The ``[cost]`` keys that make a run bill from the time model (none for ``measured``)."""
+    if clock == "measured":
+        return {}
+    import boost_budget as study
+
+    fitted = study.model_path(task)
+    if not fitted.exists():
+        if task not in TARGETS or task == "CartPole-v1":
+            raise SweepError(f"no time model for {task} ({fitted}): fit one with "
+                             f"perf/boost_budget.py fit --task {task}, or pass --clock measured")
+        fitted = study.model_path("Hopper-v5")  # a MuJoCo step of the same order (study 6)
+    constants = json.loads(fitted.read_text(encoding="utf-8"))["constants"]
+    if clock == "model_cuda":  # the learner of both protocols: 10 epochs x 32 minibatches
+        constants = {**constants, **study.cuda_learner_constants("Hopper-v5", "count")}
+    return {"time_model": "model", **constants}
+
+
 def base_plan(p: Protocol, task: str, cost: str, budget: float | None, mode: str,
-              workers: int) -> dict[str, Any]:
+              workers: int, clock: str = "measured") -> dict[str, Any]:
     """The plan every setting of one task and cost model starts from."""
     mujoco = task != "CartPole-v1"
     stop: dict[str, Any] = {"max_rounds": p.rounds}
@@ -154,7 +186,7 @@ def base_plan(p: Protocol, task: str, cost: str, budget: float | None, mode: str
                    "workers": workers},
         "transport": {"kind": "memory"},
         "scaler": {"name": "fixed"},
-        "cost": dict(COSTS[cost]),
+        "cost": {**COSTS[cost], **clock_costs(clock, task)},
         "probes": [{"name": "eval", "every": p.eval_every, "episodes": p.eval_episodes}],
         "checkpoint": {"enabled": False},
     }
@@ -184,7 +216,7 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
         target = args.target if args.target is not None else TARGETS.get(task)
         for cost in p.costs:
             sweep_dir = out / task / cost
-            plan = write_plan(base_plan(p, task, cost, budget, args.mode, workers),
+            plan = write_plan(base_plan(p, task, cost, budget, args.mode, workers, args.clock),
                               sweep_dir / "plan.toml")
             if not args.collect:
                 c.log(f"{p.name} {task} {cost}: {len(settings)} settings x seeds {p.seeds}")
@@ -235,7 +267,8 @@ def render(data: dict[str, Any]) -> str:
         f"round 1 at {p.get('start_actors')}, {p.get('steps_per_actor')} steps per actor, one "
         f"env per actor, "
         + _stop_text(p, data.get("budgets") or {})
-        + f"; mode {data.get('mode')}. Evaluation ({p.get('eval_episodes')} episodes, every "
+        + f"; mode {data.get('mode')}; durations {CLOCK_WORDS.get(data.get('clock', 'measured'))}"
+        ". Evaluation ({p.get('eval_episodes')} episodes, every "
         f"{p.get('eval_every')} rounds and at stop) is measured but not charged. Mean and IQM "
         "with 95 % bootstrap intervals over seeds (10,000 resamples); differences are paired "
         f"by seed against `{data.get('baseline')}`."]
@@ -252,6 +285,11 @@ def render(data: dict[str, Any]) -> str:
     if not rows:
         parts.append("(no finished runs)")
     return "\n\n".join(parts)
+
+
+CLOCK_WORDS = {"measured": "as measured on this machine",
+               "model": "from the time model fitted on this machine's runs",
+               "model_cuda": "from the time model, the learner and the probe timed on an H200"}
 
 
 def _stop_text(p: dict[str, Any], budgets: dict[str, float]) -> str:
@@ -290,6 +328,9 @@ def main() -> int:
                                                           TARGETS.items()) + ")")
     parser.add_argument("--mode", choices=("sync", "pipelined"), default="sync",
                         help="round mode (sync: every run replays; default sync)")
+    parser.add_argument("--clock", choices=tuple(CLOCK_WORDS),
+                        help="durations billed: measured, model or model_cuda (default: "
+                             "paper model_cuda, budget model, --quick measured)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at once (default 1)")
     parser.add_argument("--workers", type=int,
                         help="actors.workers per run (default: one per core with --jobs 1, "
@@ -302,7 +343,11 @@ def main() -> int:
                         help="skip the band figures under each sweep's report/")
     args = parser.parse_args()
     p = protocol_from(args)
-    out = args.out or c.ROOT / "runs" / "boost" / (p.name + ("-quick" if args.quick else ""))
+    if args.clock is None:
+        args.clock = "measured" if args.quick else CLOCKS[p.name]
+    suffix = "" if args.clock == "measured" else "_" + args.clock
+    out = args.out or c.ROOT / "runs" / "boost" / (p.name + suffix.replace("_", "-")
+                                                   + ("-quick" if args.quick else ""))
     t0 = time.perf_counter()
     try:
         rows = run_protocol(p, args, out)
@@ -317,6 +362,7 @@ def main() -> int:
         "quick": args.quick,
         "protocol": {k: v for k, v in vars(p).items()},
         "mode": args.mode,
+        "clock": args.clock,
         "baseline": BASELINE if not args.quick else QUICK_FIXED[BASELINE],
         "budgets": ({t: (args.budget if args.budget is not None else BUDGETS.get(t))
                      for t in p.tasks} if p.name == "budget" else {}),
@@ -327,7 +373,7 @@ def main() -> int:
     data["markdown"] = render(data)
     published = not args.quick or "NITRO_PERF_RESULTS" in os.environ
     results = c.RESULTS if published else out / "results"
-    path = c.write_result(f"boost_{p.name}", data, results=results)
+    path = c.write_result(f"boost_{p.name}{suffix}", data, results=results)
     print(data["markdown"])
     print(f"\nwrote {path} ({len(rows)} runs, {data['wall_s']:.0f} s)")
     return 0

@@ -194,6 +194,12 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
                 if label.startswith("fixed"):
                     assert resolved["actors"]["count"] == int(label[5:])
             assert ("budget_usd" in plan["stop"]) == (name == "budget")
+        for task in ("Hopper-v5", "Walker2d-v5"):  # Walker2d bills with Hopper's time model
+            plan = boost.base_plan(p, task, "aws-gpu", None, "sync", 1, boost.CLOCKS[name])
+            cost = load_plan(plan, list(boost.setting("nitro").overrides))["cost"]
+            assert cost["time_model"] == "model" and cost["model_actor_ms_per_step"] > 0
+    with pytest.raises(boost.SweepError, match="no time model for CartPole-v1"):
+        boost.clock_costs("model", "CartPole-v1")
 
     rows = []
     for task in ("Hopper-v5", "Walker2d-v5"):
