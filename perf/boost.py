@@ -229,6 +229,10 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
                 c.log(note)
             wanted = {s.label for s in settings}
             groups = [g for g in groups if g.label in wanted and g.runs]
+            if args.slim:
+                for g in groups:
+                    for run in g.runs:
+                        slim(run.path)
             for g in groups:
                 for run in g.runs:
                     rows.append({"task": task, "cost": cost, "target": target,
@@ -241,6 +245,34 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
             if args.figures and groups:
                 band_figures(groups, sweep_dir / "report")
     return rows
+
+
+#: What a kept run's events.jsonl holds after ``--slim``: what the report reads, and the stop.
+KEPT_EVENTS = ("RunStarted", "ScaleDecided", "CostCharged", "RoundFinished", "ProbeMeasured",
+               "RunStopped")
+
+
+def slim(run_dir: Path) -> None:
+    """Drop a finished run's per-invocation events (nine in ten lines of a boosted run), so a
+    protocol's runs can be kept in the repository and later sessions add seeds beside them:
+    the rows, curves and read-off bills need none of them."""
+    path = run_dir / "events.jsonl"
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if _event_kind(line) in KEPT_EVENTS]
+    if len(kept) < len(lines):
+        tmp = path.with_suffix(".slim")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        tmp.replace(path)
+
+
+def _event_kind(line: str) -> str | None:
+    head = line[:40]
+    start = head.find('"event": "')
+    if start < 0:
+        return None
+    start += len('"event": "')
+    end = head.find('"', start)
+    return head[start:end] if end > 0 else None
 
 
 def rebilled(run: RunData) -> RunData:
@@ -339,6 +371,9 @@ def main() -> int:
                                                   "[-quick])")
     parser.add_argument("--collect", action="store_true",
                         help="run nothing: aggregate and store what is on disk")
+    parser.add_argument("--slim", action="store_true",
+                        help="drop finished runs' per-invocation events (to keep the runs in "
+                             "git, e.g. under perf/boost_runs/)")
     parser.add_argument("--no-figures", dest="figures", action="store_false",
                         help="skip the band figures under each sweep's report/")
     args = parser.parse_args()

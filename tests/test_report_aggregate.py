@@ -219,3 +219,33 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
     assert "### Hopper-v5, cost model `aws-gpu`, target return 1000" in text
     assert "### Walker2d-v5, cost model `aws-gpu`" in text
     assert "| nitro | 3 | +50.0 [+50.0, +50.0]" in text
+
+
+def test_slimmed_runs_give_the_same_rows_and_bills(tmp_path: Path) -> None:
+    """``perf/boost.py --slim`` drops the per-invocation events of kept runs; every row the
+    protocol reports, and the prototype's bill read off them, must come out the same."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    run_dir = write_run(tmp_path / "r", scaler="nitro", seed=1, slope=10.0, invocations=True)
+    events = run_dir / "events.jsonl"
+    lines = events.read_text().splitlines(keepends=True)
+    third = next(i for i, line in enumerate(lines)
+                 if '"RoundFinished"' in line and '"round": 3,' in line)
+    lines.insert(third, json.dumps({"event": "ProbeMeasured", "ts": 1.0, "round": 3,
+                                    "probe": "hessian", "probe_s": 0.5,
+                                    "values": {"rho": 2.0}}) + "\n")
+    events.write_text("".join(lines))
+    before = load_run(run_dir)
+    row = boost.seed_row("nitro", before, 50.0)
+    bill = boost.rebilled(before).cost_usd
+    size = (run_dir / "events.jsonl").stat().st_size
+    boost.slim(run_dir)
+    after = load_run(run_dir)
+    assert (run_dir / "events.jsonl").stat().st_size < size / 2
+    assert "InvocationFinished" not in (run_dir / "events.jsonl").read_text()
+    assert boost.seed_row("nitro", after, 50.0) == row
+    assert after.probe_s[2] == 0.5 and bill[2] - bill[1] < bill[1] - bill[0]
+    assert boost.rebilled(after).cost_usd == bill
