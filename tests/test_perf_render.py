@@ -8,6 +8,7 @@ shape the benchmarks store.
 from __future__ import annotations
 
 import json
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -248,13 +249,14 @@ def test_boost_study_settings_build_valid_plans():
     for name, sets in bb.SETTINGS.items():
         plan = load_plan(bb.PLAN, [*bb.COMMON, *sets])
         # the adaptive settings keep the start count their stored runs used, whatever the
-        # plan's: 2 for the paper's rules and the schedules, 8 for the anchored rule
-        if name.startswith("fixed"):
-            assert plan["actors"]["count"] == int(name[5:]), name
-        elif name.startswith("anchored8"):
-            assert plan["actors"]["count"] == 8, name
+        # plan's: 2 for the paper's rules and the schedules; fixedN and anchoredN name theirs
+        named = re.match(r"(fixed|anchored)(\d+)", name)
+        if named:
+            assert plan["actors"]["count"] == int(named.group(2)), name
         elif not name.startswith("probe_n"):
             assert plan["actors"]["count"] == 2, name
+        if name.endswith("_lr"):
+            assert plan["algo"]["lr_reference_minibatch"] == 64, name
         if name in ("nitro", "nitro_p4"):
             assert plan["scaler"]["rule"] == "window"
     assert 'rule = "anchored"' in raw
