@@ -300,7 +300,7 @@ def render(data: dict[str, Any]) -> str:
         f"env per actor, "
         + _stop_text(p, data.get("budgets") or {})
         + f"; mode {data.get('mode')}; durations {CLOCK_WORDS.get(data.get('clock', 'measured'))}"
-        ". Evaluation ({p.get('eval_episodes')} episodes, every "
+        f". Evaluation ({p.get('eval_episodes')} episodes, every "
         f"{p.get('eval_every')} rounds and at stop) is measured but not charged. Mean and IQM "
         "with 95 % bootstrap intervals over seeds (10,000 resamples); differences are paired "
         f"by seed against `{data.get('baseline')}`."]

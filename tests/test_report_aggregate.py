@@ -216,6 +216,7 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
             "budgets": {}, "rows": rows}
     text = boost.render(data)
     assert text == boost.render(json.loads(json.dumps(data)))  # from stored rows alone
+    assert "Evaluation (10 episodes, every 5 rounds" in text and "{" not in text
     assert "### Hopper-v5, cost model `aws-gpu`, target return 1000" in text
     assert "### Walker2d-v5, cost model `aws-gpu`" in text
     assert "| nitro | 3 | +50.0 [+50.0, +50.0]" in text
