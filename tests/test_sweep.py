@@ -202,3 +202,31 @@ def test_resume_refuses_other_common_overrides(plan: Path, tmp_path: Path) -> No
         "plan": str(plan), "plan_sha256": hashlib.sha256(plan.read_bytes()).hexdigest(), "set": ["actors.steps=32"], "settings": {}}))
     proc = run_cli("sweep", str(plan), "--out", str(out), "--dry-run", timeout=60)
     assert proc.returncode == 2 and "same --set" in proc.stderr
+
+
+def test_two_sweeps_writing_one_folder_keep_each_others_runs(plan: Path, tmp_path: Path) -> None:
+    """Two sweeps adding runs to one folder at once (one per core) each load the manifest,
+    run, and write it back: every write merges with what is on disk, so neither drops the
+    other's runs (the last writer used to win)."""
+    from plugins.experiments.sweep import Manifest, RunSpec
+
+    out = tmp_path / "sweep"
+    first = Manifest.load_or_new(out, str(plan), [])
+    second = Manifest.load_or_new(out, str(plan), [])
+    a = RunSpec(Setting("a", ("actors.count=1",)), 1, out / "a" / "seed-1", ["x", "run"])
+    b = RunSpec(Setting("b", ("actors.count=2",)), 2, out / "b" / "seed-2", ["x", "run"])
+    first.add([], "sweep a", [a])
+    second.add([], "sweep b", [b])
+    for manifest, run in ((first, a), (second, b)):
+        run.status, run.rc, run.wall_s = "finished", 0, 1.0
+        manifest.record(run)
+    first.write()
+    second.write()
+    data = json.loads((out / "sweep.json").read_text())
+    assert {label: sorted(e["runs"]) for label, e in data["settings"].items()} == \
+        {"a": ["1"], "b": ["2"]}
+    assert data["settings"]["a"]["runs"]["1"]["status"] == "finished"
+    assert data["commands"] == ["sweep b", "sweep a"] and data["seeds"] == [1, 2]
+    first.write()  # a later write of the first keeps the second's finished run
+    data = json.loads((out / "sweep.json").read_text())
+    assert data["settings"]["b"]["runs"]["2"]["status"] == "finished"

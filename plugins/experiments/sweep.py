@@ -6,7 +6,9 @@ takes hours here, so it must survive a Ctrl-C: every run writes to ``DIR/<settin
 a run whose ``summary.json`` says it stopped by itself is never run again, and one that was
 interrupted (its summary names a signal, or it has none) is started afresh. ``DIR/sweep.json``
 records the plan, the grid, the seeds, the command and where each run lives, which is what
-``nitro report DIR`` reads to group seeds by setting.
+``nitro report DIR`` reads to group seeds by setting. Several sweeps may add settings or seeds
+to one ``DIR`` at the same time (say, one per core with different seeds): each write of
+``sweep.json`` merges with what the others wrote, under a lock.
 
 Grid syntax (one ``--grid`` per axis; the settings are their cartesian product):
 
@@ -23,6 +25,7 @@ fails in a second with one line, not after hours.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import hashlib
 import itertools
 import json
@@ -275,16 +278,37 @@ class Manifest:
                      command=shlex.join(["python", *run.argv[1:]]))
 
     def write(self) -> Path:
-        seeds = sorted({int(s) for e in self.settings.values() for s in e["runs"]})
-        data = {"plan": self.plan, "plan_sha256": self.plan_sha256, "set": self.common,
-                "grid": self.grid, "seeds": seeds, "commands": self.commands,
-                "settings": self.settings}
+        """Write the manifest, merged with what is on disk under a lock: two sweeps adding
+        settings or seeds to one folder at once (one per core, say) would otherwise each
+        write back the manifest they loaded, and the last writer would drop the other's runs."""
         self.out.mkdir(parents=True, exist_ok=True)
         path = self.out / MANIFEST
-        tmp = path.with_suffix(".json.tmp")
-        tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
-        tmp.replace(path)
+        with (self.out / (MANIFEST + ".lock")).open("w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if path.is_file():
+                self.merge(json.loads(path.read_text(encoding="utf-8")))
+            seeds = sorted({int(s) for e in self.settings.values() for s in e["runs"]})
+            data = {"plan": self.plan, "plan_sha256": self.plan_sha256, "set": self.common,
+                    "grid": self.grid, "seeds": seeds, "commands": self.commands,
+                    "settings": self.settings}
+            tmp = path.with_suffix(".json.tmp")
+            tmp.write_text(json.dumps(data, indent=1) + "\n", encoding="utf-8")
+            tmp.replace(path)
         return path
+
+    def merge(self, disk: dict[str, Any]) -> None:
+        """Take in what another sweep wrote since this one loaded: its settings, its seeds, and
+        the outcome of runs this one has not run itself."""
+        self.grid += [g for g in disk.get("grid", []) if g not in self.grid]
+        self.commands += [c for c in disk.get("commands", []) if c not in self.commands]
+        for label, entry in disk.get("settings", {}).items():
+            mine = self.settings.setdefault(label, entry)
+            if mine is entry:
+                continue
+            for seed, run in entry.get("runs", {}).items():
+                known = mine["runs"].get(seed)
+                if known is None or ("status" not in known and "status" in run):
+                    mine["runs"][seed] = run
 
 
 def _rel(path: Path, root: Path) -> str:
