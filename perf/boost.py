@@ -62,7 +62,7 @@ from plugins.experiments.aggregate import (  # noqa: E402
     seed_row,
     summarize,
 )
-from plugins.experiments.report import RunData  # noqa: E402
+from plugins.experiments.report import RunData, event_kind  # noqa: E402
 from plugins.experiments.sweep import (  # noqa: E402
     Interrupted,
     Setting,
@@ -151,7 +151,7 @@ def clock_costs(clock: str, task: str) -> dict[str, Any]:
 
     fitted = study.model_path(task)
     if not fitted.exists():
-        if task not in TARGETS or task == "CartPole-v1":
+        if task not in PAPER.tasks:  # the MuJoCo tasks take Hopper's model
             raise SweepError(f"no time model for {task} ({fitted}): fit one with "
                              f"perf/boost_budget.py fit --task {task}, or pass --clock measured")
         fitted = study.model_path("Hopper-v5")  # a MuJoCo step of the same order (study 6)
@@ -258,21 +258,11 @@ def slim(run_dir: Path) -> None:
     the rows, curves and read-off bills need none of them."""
     path = run_dir / "events.jsonl"
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    kept = [line for line in lines if _event_kind(line) in KEPT_EVENTS]
+    kept = [line for line in lines if event_kind(line) in KEPT_EVENTS]
     if len(kept) < len(lines):
         tmp = path.with_suffix(".slim")
         tmp.write_text("".join(kept), encoding="utf-8")
         tmp.replace(path)
-
-
-def _event_kind(line: str) -> str | None:
-    head = line[:40]
-    start = head.find('"event": "')
-    if start < 0:
-        return None
-    start += len('"event": "')
-    end = head.find('"', start)
-    return head[start:end] if end > 0 else None
 
 
 def rebilled(run: RunData) -> RunData:

@@ -67,6 +67,12 @@ _WANTED = ("RunStarted", "ScaleDecided", "CostCharged", "RoundFinished", "ProbeM
 _KIND = re.compile(r'^\{"event": "(\w+)"')
 
 
+def event_kind(line: str) -> str | None:
+    """The kind of an events.jsonl line, read from its first characters without decoding it."""
+    head = _KIND.match(line)
+    return None if head is None else head.group(1)
+
+
 def load_run(path: Path) -> RunData:
     events_path = path / "events.jsonl"
     if not events_path.is_file():
@@ -95,8 +101,8 @@ def load_run(path: Path) -> RunData:
         for number, line in enumerate(lines, 1):
             if not line.strip():
                 continue
-            head = _KIND.match(line)
-            if head is not None and head.group(1) not in _WANTED:
+            kind = event_kind(line)
+            if kind is not None and kind not in _WANTED:
                 continue
             try:
                 event = json.loads(line)
