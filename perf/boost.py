@@ -64,6 +64,7 @@ from plugins.experiments.aggregate import (  # noqa: E402
 )
 from plugins.experiments.report import RunData, event_kind  # noqa: E402
 from plugins.experiments.sweep import (  # noqa: E402
+    MANIFEST,
     Interrupted,
     Setting,
     SweepError,
@@ -193,10 +194,18 @@ def base_plan(p: Protocol, task: str, cost: str, budget: float | None, mode: str
 
 
 def write_plan(plan: dict[str, Any], path: Path) -> Path:
+    """Write the folder's plan, unless runs were already made there from another one: the
+    sweep would refuse to resume anyway, and overwriting first would leave the kept runs beside
+    a plan they were not made from."""
     import tomli_w
 
     path.parent.mkdir(parents=True, exist_ok=True)
     text = tomli_w.dumps(plan)
+    if path.is_file() and path.read_text(encoding="utf-8") != text:
+        if (path.parent / MANIFEST).is_file():
+            raise SweepError(f"{path.parent} holds runs made from another plan: {path} differs "
+                             "from this command's (another --workers, --clock or protocol "
+                             "option?); use the same options or another --out")
     if not path.is_file() or path.read_text(encoding="utf-8") != text:
         path.write_text(text, encoding="utf-8")
     return path

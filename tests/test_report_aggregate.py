@@ -222,6 +222,26 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
     assert "| nitro | 3 | +50.0 [+50.0, +50.0]" in text
 
 
+def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> None:
+    """A runs folder made with other options is refused before its plan is touched, so the
+    kept runs stay beside the plan they were made from and resume with the right options."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    plan_path = tmp_path / "plan.toml"
+    made = boost.base_plan(boost.PAPER, "Hopper-v5", "aws-gpu", None, "sync", 0, "model_cuda")
+    boost.write_plan(made, plan_path)
+    kept = plan_path.read_text()
+    (tmp_path / boost.MANIFEST).write_text("{}")
+    other = boost.base_plan(boost.PAPER, "Hopper-v5", "aws-gpu", None, "sync", 1, "model_cuda")
+    with pytest.raises(boost.SweepError, match="holds runs made from another plan"):
+        boost.write_plan(other, plan_path)
+    assert plan_path.read_text() == kept
+    assert boost.write_plan(made, plan_path) == plan_path  # the same options resume
+
+
 def test_slimmed_runs_give_the_same_rows_and_bills(tmp_path: Path) -> None:
     """``perf/boost.py --slim`` drops the per-invocation events of kept runs; every row the
     protocol reports, and the prototype's bill read off them, must come out the same."""
