@@ -129,15 +129,28 @@ QUICK_FIXED = {"fixed8": "fixed1", "fixed16": "fixed2", "fixed32": "fixed4", "fi
 QUICK_BUDGET_ROUNDS = 40
 
 
-def setting(name: str) -> Setting:
-    """A named setting: a scaler by its plugin name, or ``fixedN`` (N actors every round)."""
+#: Settings that run a scaler with its Hessian probe changed: (scaler, the probe's keys).
+#: ``prototype_fullbatch`` measures rho on the round's whole batch, as the paper did, where the
+#: ``hessian`` probe's default is a fixed subsample of 2,048 samples whatever N is.
+PROBE_SETTINGS = {"prototype_fullbatch": ("prototype", {"samples": 0})}
+
+
+def setting(name: str, p: Protocol = PAPER) -> Setting:
+    """A named setting: a scaler by its plugin name, ``fixedN`` (N actors every round), or a
+    scaler with another probe (``PROBE_SETTINGS``; its evaluation as the protocol ``p``'s)."""
     if name in SCALER_SETTINGS:
         return Setting(name, (f"scaler.name={toml_value(name)}",))
+    if name in PROBE_SETTINGS:
+        scaler, hessian = PROBE_SETTINGS[name]
+        probes = [{"name": "eval", "every": p.eval_every, "episodes": p.eval_episodes},
+                  {"name": "hessian", **hessian}]
+        return Setting(name, (f"scaler.name={toml_value(scaler)}",
+                              f"probes={toml_value(probes)}"))
     if name.startswith("fixed") and name[5:].isdigit():
         n = int(name[5:])
         return Setting(name, ('scaler.name="fixed"', f"actors.count={n}"))
-    raise SweepError(f"unknown setting {name!r}: a scaler ({', '.join(SCALER_SETTINGS)}) "
-                     "or fixedN")
+    raise SweepError(f"unknown setting {name!r}: a scaler ({', '.join(SCALER_SETTINGS)}), "
+                     f"{', '.join(PROBE_SETTINGS)} or fixedN")
 
 
 #: Each protocol's default clock (see the module's docstring).
@@ -217,7 +230,7 @@ def write_plan(plan: dict[str, Any], path: Path) -> Path:
 def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """Sweep every task x cost model (unless ``--collect``); return every per-seed row."""
     rows: list[dict[str, Any]] = []
-    settings = [setting(s) for s in p.settings]
+    settings = [setting(s, p) for s in p.settings]
     workers = args.workers if args.workers is not None else (0 if args.jobs == 1 else 1)
     for task in p.tasks:
         budget = (args.budget if args.budget is not None else BUDGETS.get(task)) \
@@ -338,7 +351,8 @@ def main() -> int:
                         help="CI size: CartPole-v1, one seed, 3 rounds of 1-4 actors")
     parser.add_argument("--tasks", nargs="+", help="gymnasium ids (default: the protocol's)")
     parser.add_argument("--settings", nargs="+",
-                        help=f"scalers ({', '.join(SCALER_SETTINGS)}) or fixedN")
+                        help=f"scalers ({', '.join(SCALER_SETTINGS)}), "
+                        f"{', '.join(PROBE_SETTINGS)} or fixedN")
     parser.add_argument("--costs", nargs="+", choices=sorted(COSTS),
                         help="cost models run (default paper: aws-gpu, with the prototype's bill "
                              "read off its runs; budget: aws-cpu)")

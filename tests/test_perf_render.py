@@ -218,6 +218,21 @@ def test_rows_without_a_table_of_their_own_are_shown_as_stored(tmp_path):
     assert rr.NOT_RECHECKABLE not in page
 
 
+def test_hessian_batch_table_is_recomputed_from_its_rows(tmp_path):
+    def row(rnd, samples, rho, lam_min):
+        return {"round": rnd, "probe": f"hessian_{samples}", "probe_s": 0.5,
+                "hessian_ratio": rho, "hessian_ratio_prototype": rho, "lambda_max": 1.0,
+                "lambda_min": lam_min, "lanczos_steps": 9.0, "hessian_samples": samples}
+
+    rows = [row(1, 1024, 2.0, -0.5), row(1, 4096, 3.0, -0.25),
+            row(2, 1024, 4.0, -0.4), row(2, 4096, 4.0, -0.4)]
+    write(tmp_path, "hessian_batch", {"actors": 8, "batch": 4096, "rounds": 2, "rows": rows})
+    page = rr.page(rr.load_results(tmp_path), tmp_path)
+    # 4,096 samples: rho x1.5 and x1.0 (median x1.25), up in 1 of 2 rounds; lambda_min x0.75
+    assert "| 4,096 | x1.25 | x1.25 (1/2) | 3.50 | x1.00 | x0.75 | 0.50 |" in page
+    assert "| 1,024 | x1.00 | x1.00 (0/2) | 3.00 |" in page
+
+
 def test_boost_pooled_difference_standardises_each_study_and_pairs_by_seed():
     import boost_budget as bb
 

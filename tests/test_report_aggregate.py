@@ -198,6 +198,13 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
             plan = boost.base_plan(p, task, "aws-gpu", None, "sync", 1, boost.CLOCKS[name])
             cost = load_plan(plan, list(boost.setting("nitro").overrides))["cost"]
             assert cost["time_model"] == "model" and cost["model_actor_ms_per_step"] > 0
+    # the paper measured rho on the whole batch; the setting that does so keeps the evaluation
+    plan = boost.base_plan(boost.PAPER, "Hopper-v5", "aws-gpu", None, "sync", 1)
+    full = load_plan(plan, list(boost.setting("prototype_fullbatch").overrides))
+    assert full["scaler"]["name"] == "prototype"
+    assert [(q["name"], q.get("samples")) for q in full["probes"]] == [("eval", None),
+                                                                       ("hessian", 0)]
+    assert full["probes"][0]["every"] == 5 and full["probes"][0]["episodes"] == 10
     with pytest.raises(boost.SweepError, match="no time model for CartPole-v1"):
         boost.clock_costs("model", "CartPole-v1")
 
