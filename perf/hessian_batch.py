@@ -10,7 +10,7 @@ to the whole batch), then prints, per sample count, rho and lambda_min relative 
 count, round by round. Rows: perf/results/hessian_batch.json.
 
     .venv/bin/python perf/hessian_batch.py                      # N = 32, 8 rounds
-    .venv/bin/python perf/hessian_batch.py --actors 16 --rounds 6
+    .venv/bin/python perf/hessian_batch.py --actors 64 --rounds 16 --seed 2 --append
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "perf"))
 
 import boost  # noqa: E402
-from common import log, printed, write_result  # noqa: E402
+from common import RESULTS, log, printed, write_result  # noqa: E402
 
 from kernel.engine import Engine  # noqa: E402
 from kernel.plan import load_plan  # noqa: E402
@@ -61,24 +61,25 @@ def probe_at(samples: int) -> type:
     return SampledHessian
 
 
-def rows_of(events_path: Path) -> list[dict[str, Any]]:
-    """One row per (round, probe) with the probe's values."""
+def rows_of(events_path: Path, run: str) -> list[dict[str, Any]]:
+    """One row per (round, probe) with the probe's values, tagged with the run they are of."""
     rows = []
     with events_path.open() as fh:
         for line in fh:
             e = json.loads(line)
             if e["event"] == "ProbeMeasured" and e["probe"].startswith("hessian_"):
-                rows.append({"round": e["round"], "probe": e["probe"], "probe_s": e["probe_s"],
-                             **{k: e["values"].get(k) for k in KEYS}})
+                rows.append({"run": run, "round": e["round"], "probe": e["probe"],
+                             "probe_s": e["probe_s"], **{k: e["values"].get(k) for k in KEYS}})
     return rows
 
 
 def relative(rows: list[dict[str, Any]], key: str) -> dict[int, list[float]]:
     """Per sample count, each round's ``key`` divided by the smallest count's that round."""
-    by_round: dict[int, dict[int, float]] = {}
+    by_round: dict[tuple[str, int], dict[int, float]] = {}
     for r in rows:
         if r.get(key) is not None and r.get("hessian_samples"):
-            by_round.setdefault(r["round"], {})[int(r["hessian_samples"])] = float(r[key])
+            by_round.setdefault((r.get("run", ""), r["round"]), {})[
+                int(r["hessian_samples"])] = float(r[key])
     out: dict[int, list[float]] = {}
     for values in by_round.values():
         base = values[min(values)]
@@ -102,10 +103,11 @@ def render(data: dict[str, Any]) -> str:
             if r.get("hessian_ratio_prototype") is not None:
                 absolute.setdefault(int(r["hessian_samples"]), []).append(
                     float(r["hessian_ratio_prototype"]))
-    lines = [f"Hopper-v5, the paper's protocol at N = {data.get('actors')} (a batch of "
-             f"{data.get('batch')} samples), {data.get('rounds')} rounds; each value is the "
-             "median over rounds of its ratio to the same round's value on the fewest samples "
-             "(rounds where rho rose with the samples, of all rounds, in brackets).",
+    runs = "; ".join(f"{r['run']}: {r['rounds']} rounds, a batch of {r['batch']:,} samples"
+                     for r in data.get("runs", []))
+    lines = [f"Hopper-v5, the paper's protocol at a fixed N ({runs}). Each value is the median "
+             "over rounds of its ratio to the same round's value on the fewest samples (rounds "
+             "where rho rose with the samples, of all rounds, in brackets).",
              "",
              "| samples | rho (regularised) | rho (prototype's) | prototype's rho, median "
              "| lambda_max | lambda_min | probe s, median |",
@@ -127,11 +129,13 @@ def main() -> None:
     parser.add_argument("--actors", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--append", action="store_true",
+                        help="keep the stored runs of other seeds and N beside this one")
     args = parser.parse_args()
 
     p = boost.PAPER
     batch = args.actors * p.steps_per_actor
-    counts = [s for s in (1024, 2048, 4096, 8192, 16384) if s < batch] + [0]
+    counts = [s for s in (1024, 2048, 4096, 8192, 16384, 32768) if s < batch] + [0]
     registry = default_registry()
     for s in counts:
         registry.register(Plugin(f"hessian_{s or 'all'}", "probe", probe_at(s),
@@ -147,9 +151,17 @@ def main() -> None:
         log(f"Hopper, paper protocol, {args.actors} actors, {args.rounds} rounds, "
             f"samples {counts}")
         asyncio.run(Engine(plan, out_dir=Path(tmp) / "run", registry=registry).run())
-        rows = rows_of(Path(tmp) / "run" / "events.jsonl")
-    data = {"actors": args.actors, "batch": batch, "rounds": args.rounds, "seed": args.seed,
-            "rows": rows}
+        run = f"seed {args.seed}, N = {args.actors}"
+    rows = rows_of(Path(tmp) / "run" / "events.jsonl", run)
+    data = {"runs": [], "rows": []}
+    stored = RESULTS / "hessian_batch.json"
+    if args.append and stored.is_file():
+        kept = json.loads(stored.read_text())
+        data = {"runs": [r for r in kept.get("runs", []) if r["run"] != run],
+                "rows": [r for r in kept.get("rows", []) if r.get("run") != run]}
+    data["runs"].append({"run": run, "seed": args.seed, "actors": args.actors, "batch": batch,
+                         "rounds": args.rounds})
+    data["rows"].extend(rows)
     with printed() as out:
         print(render(data))
     write_result("hessian_batch", {**data, "report": out.getvalue(),

@@ -27,7 +27,8 @@ OUT = c.PERF / "RESULTS.md"
 #: Section order on the page: quick, self-contained benchmarks first, the peers last; files
 #: not named here follow in name order.
 ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
-         "learner_bench", "atari_curve_pong_appo_h200", "gpu_check", "boost_budget", "boost_paper",
+         "learner_bench", "atari_curve_pong_appo_h200", "atari_curve_pong_appo_cpu",
+         "gpu_check", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
          "hessian_subsample", "hessian_batch", "load",
          "soak", "compare_peers"]

@@ -226,11 +226,18 @@ def test_hessian_batch_table_is_recomputed_from_its_rows(tmp_path):
 
     rows = [row(1, 1024, 2.0, -0.5), row(1, 4096, 3.0, -0.25),
             row(2, 1024, 4.0, -0.4), row(2, 4096, 4.0, -0.4)]
-    write(tmp_path, "hessian_batch", {"actors": 8, "batch": 4096, "rounds": 2, "rows": rows})
+    rows += [{**r, "run": "seed 2, N = 8", "hessian_ratio": 9.0, "hessian_ratio_prototype": 9.0}
+             for r in rows if r["round"] == 1]  # another run: rounds pair within their run
+    for r in rows:
+        r.setdefault("run", "seed 1, N = 8")
+    runs = [{"run": f"seed {s}, N = 8", "seed": s, "actors": 8, "batch": 4096, "rounds": 2}
+            for s in (1, 2)]
+    write(tmp_path, "hessian_batch", {"runs": runs, "rows": rows})
     page = rr.page(rr.load_results(tmp_path), tmp_path)
-    # 4,096 samples: rho x1.5 and x1.0 (median x1.25), up in 1 of 2 rounds; lambda_min x0.75
-    assert "| 4,096 | x1.25 | x1.25 (1/2) | 3.50 | x1.00 | x0.75 | 0.50 |" in page
-    assert "| 1,024 | x1.00 | x1.00 (0/2) | 3.00 |" in page
+    # 4,096 samples: rho x1.5, x1.0 and x1.0 (median x1.0), up in 1 of 3 rounds
+    assert "| 4,096 | x1.00 | x1.00 (1/3) | 4.00 | x1.00 | x0.50 | 0.50 |" in page
+    assert "| 1,024 | x1.00 | x1.00 (0/3) | 4.00 |" in page
+    assert "seed 2, N = 8: 2 rounds, a batch of 4,096 samples" in page
 
 
 def test_boost_pooled_difference_standardises_each_study_and_pairs_by_seed():
