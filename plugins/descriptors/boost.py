@@ -55,7 +55,9 @@ ADAPTIVE = "plugins.scalers:validate_adaptive"
 
 HESSIAN_CONFIG = {
     "samples": Field("int", 2048, "Batch samples the Hessian is taken on, drawn at random from "
-                     "the round's batch (0: all).", min=0),
+                     "the round's batch (0: all, as the paper). rho rises with the samples it "
+                     "is taken on, so a fixed count keeps it comparable across round sizes.",
+                     min=0),
     "max_steps": Field("int", 100, "Most Lanczos steps (fewer when the basis would exceed "
                        "basis_mb).", min=2, max=1000),
     "min_steps": Field("int", 8, "Fewest Lanczos steps before the convergence test.", min=1),
