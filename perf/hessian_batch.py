@@ -147,12 +147,12 @@ def main() -> None:
     raw["actors"].update(count=args.actors, min=args.actors, max=args.actors)
     raw["probes"] = [{"name": f"hessian_{s or 'all'}"} for s in counts]
     plan = load_plan(raw, [], registry)
+    run = f"seed {args.seed}, N = {args.actors}"
     with tempfile.TemporaryDirectory() as tmp:
         log(f"Hopper, paper protocol, {args.actors} actors, {args.rounds} rounds, "
             f"samples {counts}")
         asyncio.run(Engine(plan, out_dir=Path(tmp) / "run", registry=registry).run())
-        run = f"seed {args.seed}, N = {args.actors}"
-    rows = rows_of(Path(tmp) / "run" / "events.jsonl", run)
+        rows = rows_of(Path(tmp) / "run" / "events.jsonl", run)
     data = {"runs": [], "rows": []}
     stored = RESULTS / "hessian_batch.json"
     if args.append and stored.is_file():
