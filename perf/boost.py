@@ -214,13 +214,14 @@ def write_plan(plan: dict[str, Any], path: Path) -> Path:
 
     path.parent.mkdir(parents=True, exist_ok=True)
     text = tomli_w.dumps(plan)
-    if path.is_file() and path.read_text(encoding="utf-8") != text:
+    if path.is_file():
+        if path.read_text(encoding="utf-8") == text:
+            return path
         if (path.parent / MANIFEST).is_file():
             raise SweepError(f"{path.parent} holds runs made from another plan: {path} differs "
                              "from this command's (another --workers, --clock or protocol "
                              "option?); use the same options or another --out")
-    if not path.is_file() or path.read_text(encoding="utf-8") != text:
-        path.write_text(text, encoding="utf-8")
+    path.write_text(text, encoding="utf-8")
     return path
 
 
