@@ -503,3 +503,38 @@ def test_the_prototype_bill_read_off_a_run_is_the_bill_it_was_charged(tmp_path: 
     assert charged_probe[-1] > read_off[-1]
     with pytest.raises(ValueError, match="4 rounds of time but 3 of probes"):
         bill_of_rounds(run.sim_time_s, run.probe_s[:3])
+
+
+def test_under_a_time_model_the_read_off_bill_leaves_out_the_modelled_probe(
+        tmp_path: Any) -> None:
+    """A run billed by a time model has simulated rounds whose probe time is the model's, not
+    this machine's: the prototype's bill read off it must leave out that modelled probe time.
+    (Reading the measured probe seconds instead under-billed probed rounds wherever this
+    machine's probe was slower than the model's.)"""
+    import asyncio
+    import json
+
+    from kernel.engine import Engine
+    from plugins.cost.prototype import ACTORS_USD_PER_H, LEARNER_USD_PER_H, bill_of_rounds
+    from plugins.experiments.report import load_run
+
+    overrides = {"run.mode": "sync", "run.seed": 5, "stop.max_rounds": 3, "actors.count": 2,
+                 "actors.steps": 64, "actors.simulate": True, "sinks": [],
+                 "checkpoint.enabled": False, "cost.name": "aws", "cost.learner": "gpu",
+                 **{f"cost.{k}": v for k, v in MODEL.items()},
+                 "probes": [{"name": "hessian", "every": 1, "max_steps": 10}]}
+    asyncio.run(Engine.from_plan("plans/cartpole.toml", overrides,
+                                 out_dir=tmp_path / "run").run())
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
+    probes = [e for e in events if e["event"] == "ProbeMeasured"]
+    modelled = [MODEL["model_probe_s"] + MODEL["model_probe_s_per_sample_step"]
+                * e["values"]["hessian_samples"] * e["values"]["lanczos_steps"] for e in probes]
+    measured = [e["probe_s"] for e in probes]
+    run = load_run(tmp_path / "run")
+    assert run.probe_s == pytest.approx(modelled, rel=1e-6)
+    assert run.probe_s != pytest.approx(measured, rel=1e-3)
+    rounds = [b - a for a, b in zip([0.0, *run.sim_time_s], run.sim_time_s, strict=False)]
+    per_s = (LEARNER_USD_PER_H + ACTORS_USD_PER_H) / 3600
+    per_round = [(t - p) * per_s for t, p in zip(rounds, modelled, strict=True)]
+    expected = [sum(per_round[:i + 1]) for i in range(3)]
+    assert bill_of_rounds(run.sim_time_s, run.probe_s) == pytest.approx(expected, rel=1e-6)

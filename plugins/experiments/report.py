@@ -45,7 +45,11 @@ class RunData:
     actors: list[int] = field(default_factory=list)
     eval_return: list[float | None] = field(default_factory=list)
     score: list[float | None] = field(default_factory=list)
-    #: Seconds per round spent in probes other than the evaluation (the Hessian probe, ...).
+    #: Seconds per round spent in probes other than the evaluation (the Hessian probe, ...), as
+    #: the round's bill counted them: where the bill splits the learner's time into
+    #: ``learner_usd`` and ``probe_usd`` (the ``aws`` model), the probe's share of the round's
+    #: simulated time, which under a time model is the modelled probe, not this machine's;
+    #: otherwise the measured seconds.
     probe_s: list[float] = field(default_factory=list)
     label: str = ""
     plan: dict[str, Any] = field(default_factory=dict)
@@ -97,6 +101,7 @@ def load_run(path: Path) -> RunData:
     scores: dict[int, float | None] = {}
     round_cost: dict[int, float] = {}
     probe_s: dict[int, float] = {}
+    probe_share: dict[int, float] = {}
     with events_path.open(encoding="utf-8") as lines:
         for number, line in enumerate(lines, 1):
             if not line.strip():
@@ -123,7 +128,11 @@ def load_run(path: Path) -> RunData:
                 r = int(event["round"])
                 probe_s[r] = probe_s.get(r, 0.0) + float(event.get("probe_s") or 0.0)
             elif kind == "CostCharged":
-                round_cost[int(event["round"])] = float(event.get("round_usd", 0.0))
+                r = int(event["round"])
+                round_cost[r] = float(event.get("round_usd", 0.0))
+                share = _probe_share(event.get("items") or {})
+                if share is not None:
+                    probe_share[r] = share
             elif kind == "RoundFinished":
                 r = int(event["round"])
                 if run.rounds and r <= run.rounds[-1]:
@@ -134,6 +143,7 @@ def load_run(path: Path) -> RunData:
                 run.rounds.append(r)
                 run.env_steps.append(int(event["env_steps"]))
                 run.wall_s.append(float(event["ts"]) - (started or float(event["ts"])))
+                before = run.sim_time_s[-1] if run.sim_time_s else 0.0
                 run.sim_time_s.append(float(event.get("sim_time_s") or 0.0))
                 run.cost_usd.append(float(event.get("cost_usd") or 0.0))
                 run.round_cost_usd.append(round_cost.get(r, 0.0))
@@ -141,13 +151,24 @@ def load_run(path: Path) -> RunData:
                 value = event.get("eval_return")
                 run.eval_return.append(None if value is None else float(value))
                 run.score.append(scores.get(r))
-                run.probe_s.append(probe_s.pop(r, 0.0))
+                measured, share = probe_s.pop(r, 0.0), probe_share.pop(r, None)
+                run.probe_s.append(measured if share is None
+                                   else share * max(0.0, run.sim_time_s[-1] - before))
     # The evaluation at stop comes after its round's RoundFinished (which has no return):
     # it belongs to that round's point, at the run's final steps, dollars and time.
     for i, r in enumerate(run.rounds):
         if run.eval_return[i] is None and r in stop_evals:
             run.eval_return[i] = stop_evals[r]
     return run
+
+
+def _probe_share(items: dict[str, Any]) -> float | None:
+    """The probe's share of the time a bill charged at the learner's price, or None when the
+    bill does not split it (the ``prototype`` model, a run without a learner item)."""
+    if "probe_usd" not in items or "learner_usd" not in items:
+        return None
+    probe, learner = float(items["probe_usd"]), float(items["learner_usd"])
+    return probe / (probe + learner) if probe + learner > 0 else 0.0
 
 
 def _series(run: RunData) -> list[list[Any]]:
