@@ -318,13 +318,15 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
     evaluation (whose time would count as probe time too): its share of each round's wall time
     here (where 1-16 actors share 2 cores, so a round lasts longer than in the cloud), of each
     round's simulated time (the round as it would last with one Lambda per actor) and of the
-    dollars charged (``probe_usd`` of every CostCharged)."""
+    dollars charged (``probe_usd`` of every CostCharged). The simulated share is the probe's
+    share of the time the round's bill charged at the learner's price, so under a time model
+    it is the modelled probe's, not this machine's measured seconds over modelled ones."""
     wall: dict[str, list[float]] = {}
     sim: dict[str, list[float]] = {}
     usd: dict[str, list[float]] = {}
     for run_dir in dirs:
         setting = run_dir.parent.name
-        sim_before = 0.0
+        sim_before, charged_share = 0.0, None
         for line in (run_dir / "events.jsonl").open():
             event = json.loads(line)
             if event["event"] == "RoundFinished":
@@ -332,11 +334,15 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
                 if event.get("eval_return") is None and event["round_s"] > 0 and sim_s > 0 \
                         and "lanczos_steps" in (event.get("probes") or {}):
                     wall.setdefault(setting, []).append(event["probe_s"] / event["round_s"])
-                    sim.setdefault(setting, []).append(event["probe_s"] / sim_s)
+                    sim.setdefault(setting, []).append(
+                        event["probe_s"] / sim_s if charged_share is None else charged_share)
             elif event["event"] == "CostCharged":
+                items = event["items"]
                 pair = usd.setdefault(setting, [0.0, 0.0])
-                pair[0] += event["items"].get("probe_usd", 0.0)
+                pair[0] += items.get("probe_usd", 0.0)
                 pair[1] += event["round_usd"]
+                timed = items.get("probe_usd", 0.0) + items.get("learner_usd", 0.0)
+                charged_share = items.get("probe_usd", 0.0) / timed if timed > 0 else None
 
     def spread(values: list[float]) -> dict[str, float]:
         return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
