@@ -13,6 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
@@ -238,6 +239,28 @@ def test_hessian_batch_table_is_recomputed_from_its_rows(tmp_path):
     assert "| 4,096 | x1.00 | x1.00 (1/3) | 4.00 | x1.00 | x0.50 | 0.50 |" in page
     assert "| 1,024 | x1.00 | x1.00 (0/3) | 4.00 |" in page
     assert "seed 2, N = 8: 2 rounds, a batch of 4,096 samples" in page
+
+
+def test_rho_persistence_finds_a_persistent_signal_and_renders_from_rows(tmp_path):
+    import rho_persistence as rp
+
+    rng = np.random.default_rng(0)
+    rounds = np.arange(1.0, 61.0)
+    ar = np.zeros(60)  # scatter that carries over half of itself to the next round
+    for i in range(1, 60):
+        ar[i] = 0.8 * ar[i - 1] + rng.normal(0, 0.2)
+    stats = rp.persistence(rounds, 0.02 * rounds + ar)
+    assert stats is not None and stats["lag1"] > 0.5 and stats["spacing"] == 1.0
+    white = rp.persistence(rounds, 0.02 * rounds + rng.normal(0, 0.3, 60))
+    assert white is not None and abs(white["lag1"]) < 0.3
+    assert rp.persistence(rounds[:5], rounds[:5]) is None  # too few probes to say
+
+    rows = [{"folder": "gpu-model", "setting": "nitro", "seed": s, "rho": "hessian_ratio",
+             "probes": 40, "spacing": 4.0, "trend_r2": r2, "resid_sd": 0.3, "lag1": lag}
+            for s, r2, lag in ((1, 0.5, 0.1), (2, 0.7, 0.3))]
+    write(tmp_path, "rho_persistence", {"rows": rows})
+    page = rr.page(rr.load_results(tmp_path), tmp_path)
+    assert "| `gpu-model` | `nitro` | regularised | 2 | 4 | 0.60 | 0.30 | +0.20 |" in page
 
 
 def test_boost_pooled_difference_standardises_each_study_and_pairs_by_seed():
