@@ -50,6 +50,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from plugins.experiments import aggregate as agg  # noqa: E402
+from plugins.experiments.report import probe_share_of  # noqa: E402
 
 PLAN = ROOT / "plans" / "hopper-nitro.toml"
 STORED = ROOT / "perf" / "boost_runs"
@@ -341,8 +342,7 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
                 pair = usd.setdefault(setting, [0.0, 0.0])
                 pair[0] += items.get("probe_usd", 0.0)
                 pair[1] += event["round_usd"]
-                timed = items.get("probe_usd", 0.0) + items.get("learner_usd", 0.0)
-                charged_share = items.get("probe_usd", 0.0) / timed if timed > 0 else None
+                charged_share = probe_share_of(items)
 
     def spread(values: list[float]) -> dict[str, float]:
         return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}

@@ -130,7 +130,7 @@ def load_run(path: Path) -> RunData:
             elif kind == "CostCharged":
                 r = int(event["round"])
                 round_cost[r] = float(event.get("round_usd", 0.0))
-                share = _probe_share(event.get("items") or {})
+                share = probe_share_of(event.get("items") or {})
                 if share is not None:
                     probe_share[r] = share
             elif kind == "RoundFinished":
@@ -162,7 +162,7 @@ def load_run(path: Path) -> RunData:
     return run
 
 
-def _probe_share(items: dict[str, Any]) -> float | None:
+def probe_share_of(items: dict[str, Any]) -> float | None:
     """The probe's share of the time a bill charged at the learner's price, or None when the
     bill does not split it (the ``prototype`` model, a run without a learner item)."""
     if "probe_usd" not in items or "learner_usd" not in items:
