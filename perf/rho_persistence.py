@@ -2,11 +2,11 @@
 
 A boosting rule sizes round t+1 (or, probing every k-th round, the next k rounds) from the rho
 measured after round t, which pays only if what rho says about the learning state is still
-true when the boosted round runs. This reads kept runs (the ``hessian`` probe's values that
-each ``RoundFinished`` event carries, which kept runs keep), fits log rho on the round (a quadratic trend: rho drifts as training
-goes on), and reports per run how much of log rho the trend explains, how far rho scatters
-around it, and the correlation of that scatter between consecutive probes. Rows:
-perf/results/rho_persistence.json.
+true when the boosted round runs. This reads kept runs (the ``hessian`` probe's values each
+``RoundFinished`` event carries, which slimmed runs keep), fits log rho on a quadratic in the
+round (rho drifts as training goes on), and reports per run how much of log rho the trend
+explains, how far rho scatters around it, and the correlation of that scatter between
+consecutive probes. Rows: perf/results/rho_persistence.json.
 
     .venv/bin/python perf/rho_persistence.py perf/boost_runs/paper-model-cuda/Hopper-v5/aws-gpu
 """
