@@ -7,6 +7,8 @@ per lost life but report whole games), its agent steps and its wall time, and ev
 evaluation; RESULTS.md is rendered from them. Long: run by hand, never in CI.
 
     python perf/atari_curve.py run --name pong_appo --set stop.max_wall_s=10800
+    python perf/atari_curve.py run --name pong_appo_seed2 --set run.seed=2 \\
+        --set stop.max_env_steps=1228800 --compare pong_appo      # a held-out rerun
     python perf/atari_curve.py store --run /path/to/run --name pong_appo_h200 \\
         --machine "one NVIDIA H200 beside a 16-core Xeon" --like perf/results/gpu_check.json
 """
@@ -97,15 +99,48 @@ def render(data: dict[str, Any]) -> str:
     if data["evals"]:
         parts.append("Deterministic evaluations: " + ", ".join(
             f"round {e['round']}: {e['return']:.1f}" for e in data["evals"]) + ".")
+    if data.get("compare"):
+        parts.append(comparison(data, json.loads(
+            (c.RESULTS / f"atari_curve_{data['compare']}.json").read_text())))
     return "\n\n".join(parts)
 
 
+def comparison(data: dict[str, Any], other: dict[str, Any], bins: int = 10) -> str:
+    """This run beside another of the same plan at equal agent steps: the mean training
+    return over each tenth of this run's steps, and the best evaluation up to there."""
+
+    def at(d: dict[str, Any], lo: int, hi: int) -> tuple[float | None, float | None]:
+        rows = [r for r in d["rows"] if lo < r["env_steps"] <= hi and r["return"] is not None]
+        steps = {r["round"]: r["env_steps"] for r in d["rows"]}
+        evals = [e["return"] for e in d["evals"] if steps.get(e["round"], hi + 1) <= hi]
+        return (sum(r["return"] for r in rows) / len(rows) if rows else None,
+                max(evals) if evals else None)
+
+    end = data["summary"]["env_steps"]
+    table = []
+    for i in range(bins):
+        lo, hi = end * i // bins, end * (i + 1) // bins
+        (ours, our_best), (theirs, their_best) = at(data, lo, hi), at(other, lo, hi)
+        table.append([f"{lo:,}–{hi:,}", c.fmt(ours, 1), c.fmt(theirs, 1),
+                      c.fmt(our_best, 1), c.fmt(their_best, 1)])
+    name = data["compare"]
+    return (f"Beside `{name}` at equal agent steps (mean training return in each tenth of "
+            "this run's steps; best deterministic evaluation so far):\n\n"
+            + c.md_table(["agent steps", "this run", name, "best eval, this run",
+                          f"best eval, {name}"], table))
+
+
 def store(run_dir: Path, name: str, machine_note: str | None, command: str | None,
-          like: Path | None = None, title: str | None = None) -> Path:
+          like: Path | None = None, title: str | None = None,
+          compare: str | None = None) -> Path:
     """Keep the run's curve. A run made elsewhere names its own command, and ``like`` a result
-    measured on the same kind of machine, whose machine and versions replace this one's."""
+    measured on the same kind of machine, whose machine and versions replace this one's.
+    ``compare`` names a stored curve of the same plan to set this one beside (a held-out
+    rerun on another seed, say)."""
     result = {"title": title or f"Atari learning curve: {name}", **curve(run_dir),
               "machine_note": machine_note}
+    if compare:
+        result["compare"] = compare
     result["figures"] = [str(figure(result, name).relative_to(ROOT))]
     path = c.write_result(f"atari_curve_{name}", result)
     # What write_result records of this machine and this command, replaced for a run made
@@ -132,6 +167,8 @@ def main() -> int:
     parser.add_argument("--command", help="store: the command that made the run")
     parser.add_argument("--like", type=Path, help="store: a result from the same kind of "
                         "machine, whose machine and versions the curve takes")
+    parser.add_argument("--compare", metavar="NAME", help="a stored curve of the same plan "
+                        "(atari_curve_NAME) to compare with at equal agent steps")
     args = parser.parse_args()
     if args.action == "run":
         run_dir = args.out / args.name
@@ -140,11 +177,13 @@ def main() -> int:
         done = subprocess.run(cmd, cwd=ROOT)
         if done.returncode != 0:
             return done.returncode
-        path = store(run_dir, args.name, args.machine, None, title=args.title)
+        path = store(run_dir, args.name, args.machine, None, title=args.title,
+                     compare=args.compare)
     else:
         if args.run is None:
             parser.error("store needs --run DIR")
-        path = store(args.run, args.name, args.machine, args.command, args.like, args.title)
+        path = store(args.run, args.name, args.machine, args.command, args.like, args.title,
+                     args.compare)
     print(render(json.loads(path.read_text())))
     return 0
 
