@@ -215,7 +215,10 @@ def detrended(seeds: np.ndarray, rounds: np.ndarray, y: np.ndarray) -> np.ndarra
 
 
 def correlation(x: np.ndarray, y: np.ndarray) -> tuple[float, tuple[float, float]]:
-    """Spearman's rank correlation and its percentile-bootstrap 95 % interval over branches."""
+    """Spearman's rank correlation and its percentile-bootstrap 95 % interval over branches
+    (NaN where either side does not vary)."""
+    if np.ptp(x) == 0 or np.ptp(y) == 0:
+        return float("nan"), (float("nan"), float("nan"))
     rng = np.random.default_rng(0)
     boot = []
     for _ in range(RESAMPLES):

@@ -1,0 +1,90 @@
+"""The premise experiment (perf/boost_premise.py): its branches must not touch the run they
+branch from, and its analysis must find a premise that holds and miss one that does not."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "perf"))
+
+import boost_premise as bp  # noqa: E402
+
+
+def leaves(tree, prefix=""):
+    """Every array or number of a nested state, by path."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            yield from leaves(v, f"{prefix}/{k}")
+    elif isinstance(tree, (list, tuple)):
+        for i, v in enumerate(tree):
+            yield from leaves(v, f"{prefix}/{i}")
+    else:
+        yield prefix, tree
+
+
+def test_a_branch_trains_copies_and_leaves_the_run_as_it_was():
+    import torch
+
+    from kernel.plan import load_plan
+    from kernel.registry import default_registry
+    from kernel.roles import PluginContext, ProbeContext
+
+    plan = load_plan(str(ROOT / "plans" / "hopper.toml"), {"actors.count": 1})
+    ctx = PluginContext(name="ppo", config=plan["algo"], plan=plan, run_id="t", run_dir=None,
+                        seed=0, bus=None)
+    learner = default_registry().get("algo", "ppo").load()(ctx)
+    b = bp.Branching(every=1, start=1, small=1, big=2, replicates=1, episodes=1, steps=64)
+    probe = bp.branch_probe(b)(ctx)
+    learner.update([probe._round(learner, 2, seed=5)])  # a run one round in
+    before = dict(leaves(learner.state()))
+    rng = torch.get_rng_state()
+
+    values = probe.measure(ProbeContext(round=3, learner=learner, batches=[], seed=4))
+
+    assert {"eval_before", "small_0", "big_0", "branch_s"} <= values.keys()
+    after = dict(leaves(learner.state()))
+    assert before.keys() == after.keys()
+    for key, value in before.items():
+        assert np.array_equal(np.asarray(value), np.asarray(after[key])), key
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert probe.measure(ProbeContext(round=0, learner=learner, batches=[], seed=4)) == {}
+
+
+def rows_with(advantage_of, seeds=4, rounds=20):
+    """Branch rows whose big round's advantage is ``advantage_of(log rho, noise)``."""
+    rng = np.random.default_rng(1)
+    rows = []
+    for s in range(1, seeds + 1):
+        for t in range(2, 2 + 2 * rounds, 2):
+            log_rho = 0.02 * t + rng.normal(0, 0.5)
+            adv = advantage_of(log_rho, rng.normal(0, 10))
+            rows.append({"seed": s, "round": t, "eval_before": 100.0, "small": [110.0, 110.0],
+                         "big": [110.0 + adv, 110.0 + adv],
+                         "hessian_ratio": float(np.exp(log_rho)), "gns": 50.0 + t + s,
+                         "hessian_ratio_prototype": None, "lambda_max": 1.0,
+                         "lambda_min": -0.5})
+    return rows
+
+
+def test_the_analysis_finds_a_planted_premise_and_not_an_absent_one():
+    held = bp.analyse(rows_with(lambda log_rho, noise: 40 * log_rho + noise))
+    rho, (lo, _) = held["correlations"]["log rho, detrended"]
+    assert rho > 0.6 and lo > 0.3
+    assert held["top_third_rho"][0] > held["bottom_third_rho"][0] + 20
+    absent = bp.analyse(rows_with(lambda log_rho, noise: 5 + noise))
+    rho, (lo, hi) = absent["correlations"]["log rho, detrended"]
+    assert lo < 0 < hi
+    assert absent["advantage"][1][0] < 5 < absent["advantage"][1][1]
+
+
+def test_the_table_is_recomputed_from_the_rows():
+    data = {"branching": {"every": 2, "start": 2, "small": 8, "big": 64, "replicates": 2,
+                          "episodes": 10, "steps": 512},
+            "rows": rows_with(lambda log_rho, noise: 30.0)}
+    page = bp.render(data)
+    assert "80 branches over seeds 1, 2, 3, 4" in page
+    assert "| 64 minus 8 (the advantage) | +30 [+30, +30] |" in page
