@@ -14,6 +14,8 @@ and one of ``--big`` actors are sampled fresh and trained on, ``--replicates`` t
 and every branch's policy is evaluated on the same ``--episodes`` deterministic episodes (the
 same reset seeds, so the evaluations differ only by the policies). The main run goes on
 untouched. The *advantage* of the big round is its evaluation gain minus the small round's.
+With ``--horizon H`` each branch holds its size for H rounds (each sampled from the branch's
+own updated policy), as a boost that lasts a while; those rows are stored apart.
 
 If the premise holds, the advantage is larger where the signal is larger: its rank
 correlation with log rho (and with rho's deviation from its own trend, which is what a
@@ -25,6 +27,7 @@ carry episodes across rounds), and one round's effect is measured, not a boost o
 
     .venv/bin/python perf/boost_premise.py --seed 1                 # ~10 min on one core
     .venv/bin/python perf/boost_premise.py --seed 2 --append        # add a seed
+    .venv/bin/python perf/boost_premise.py --seed 1 --horizon 3     # boosts of 3 rounds
     .venv/bin/python perf/boost_premise.py --render                 # the table only
 
 Rows: perf/results/boost_premise.json (one per branch, with the probes of its round).
@@ -75,6 +78,7 @@ class Branching:
     replicates: int
     episodes: int
     steps: int
+    horizon: int = 1  # rounds each branch runs at its size (a boost held for a while)
 
 
 def fork(learner: Any) -> Any:
@@ -148,7 +152,8 @@ def branch_probe(b: Branching) -> type:
                     for label, actors in (("small", b.small), ("big", b.big)):
                         twin = fork(learner)
                         torch.manual_seed(seed)
-                        twin.update([self._round(learner, actors, seed)])
+                        for k in range(b.horizon):  # each round samples the twin's policy
+                            twin.update([self._round(twin, actors, seed + 7_919 * k)])
                         out[f"{label}_{r}"] = self._evaluate(twin, twin.weights(), eval_seed)
             finally:
                 torch.set_rng_state(rng)
@@ -291,7 +296,9 @@ def render(data: dict[str, Any]) -> str:
     lines = [
         f"Hopper-v5, the paper's protocol at 16 actors; {a['branches']} branches over seeds "
         f"{', '.join(map(str, a['seeds']))}, every {b['every']} rounds from round {b['start']}: "
-        f"{b['small']} against {b['big']} actors, {b['replicates']} draws of each, "
+        f"{b['small']} against {b['big']} actors for "
+        f"{'one round' if b.get('horizon', 1) == 1 else str(b['horizon']) + ' rounds'}, "
+        f"{b['replicates']} draws of each, "
         f"{b['episodes']} evaluation episodes. Evaluation gain over the branch point, mean "
         "[95 % interval over branches]:",
         "",
@@ -324,18 +331,21 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=64)
     parser.add_argument("--replicates", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--horizon", type=int, default=1,
+                        help="rounds each branch runs at its size (stored apart when not 1)")
     parser.add_argument("--append", action="store_true",
                         help="keep the stored branches of other seeds beside this one's")
     parser.add_argument("--render", action="store_true", help="print the stored table only")
     args = parser.parse_args()
 
-    stored = RESULTS / f"{NAME}.json"
+    name = NAME if args.horizon == 1 else f"{NAME}_h{args.horizon}"
+    stored = RESULTS / f"{name}.json"
     b = Branching(args.every, args.start, args.small, args.big, args.replicates,
-                  args.episodes, boost.PAPER.steps_per_actor)
+                  args.episodes, boost.PAPER.steps_per_actor, args.horizon)
     data: dict[str, Any] = {"branching": asdict(b), "rows": []}
     if (args.append or args.render) and stored.is_file():
         kept = json.loads(stored.read_text())
-        if kept.get("branching") != asdict(b):
+        if {"horizon": 1, **kept.get("branching", {})} != asdict(b):
             raise SystemExit(f"{stored} was made with {kept.get('branching')}; pass the same "
                              "options to add to it")
         data["rows"] = [r for r in kept["rows"] if r["seed"] != args.seed or args.render]
@@ -347,9 +357,10 @@ def main() -> None:
     with printed() as out:
         print(render(data))
     if not args.render:
-        write_result(NAME, {**data, "report": out.getvalue(),
+        write_result(name, {**data, "report": out.getvalue(),
                             "title": "Does the curvature say when a bigger round pays? "
-                                     "(issue 16)"})
+                                     f"(a boost of {args.horizon} round"
+                                     f"{'s' if args.horizon > 1 else ''}; issue 16)"})
 
 
 if __name__ == "__main__":

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "perf"))
@@ -26,7 +27,8 @@ def leaves(tree, prefix=""):
         yield prefix, tree
 
 
-def test_a_branch_trains_copies_and_leaves_the_run_as_it_was():
+@pytest.mark.parametrize("horizon", [1, 2])
+def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon):
     import torch
 
     from kernel.plan import load_plan
@@ -37,7 +39,8 @@ def test_a_branch_trains_copies_and_leaves_the_run_as_it_was():
     ctx = PluginContext(name="ppo", config=plan["algo"], plan=plan, run_id="t", run_dir=None,
                         seed=0, bus=None)
     learner = default_registry().get("algo", "ppo").load()(ctx)
-    b = bp.Branching(every=1, start=1, small=1, big=2, replicates=1, episodes=1, steps=64)
+    b = bp.Branching(every=1, start=1, small=1, big=2, replicates=1, episodes=1, steps=64,
+                     horizon=horizon)
     probe = bp.branch_probe(b)(ctx)
     learner.update([probe._round(learner, 2, seed=5)])  # a run one round in
     before = dict(leaves(learner.state()))
