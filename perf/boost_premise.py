@@ -269,12 +269,13 @@ def analyse(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for name, x in signals.items():
         y = adv if name == "round" else (adv_detrended if "detrended" in name else adv)
         out["correlations"][name] = correlation(x, y)
-    # The rule's view: the third of each run's branches with the highest signal against the
-    # third with the lowest.
+    # The rule's view: the third of each run's branches where rho stands highest above its
+    # run's trend against the third where it stands lowest (a windowed rule boosts the first).
     top, bottom = [], []
+    rho_departure = signals["log rho, detrended"]
     for s in np.unique(seeds):
         m = np.flatnonzero(seeds == s)
-        order = m[np.argsort(log_rho[m])]
+        order = m[np.argsort(rho_departure[m])]
         k = max(1, len(order) // 3)
         bottom.extend(adv[order[:k]])
         top.extend(adv[order[-k:]])
@@ -306,9 +307,9 @@ def render(data: dict[str, Any]) -> str:
                  [[f"{b['small']} actors", ci(a["gain_small"])],
                   [f"{b['big']} actors", ci(a["gain_big"])],
                   [f"{b['big']} minus {b['small']} (the advantage)", ci(a["advantage"])],
-                  ["advantage, the third of each run's branches with the highest rho",
-                   ci(a["top_third_rho"])],
-                  ["advantage, the third with the lowest rho", ci(a["bottom_third_rho"])]]),
+                  ["advantage, the third of each run's branches where rho stands highest "
+                   "above its trend", ci(a["top_third_rho"])],
+                  ["advantage, the third where it stands lowest", ci(a["bottom_third_rho"])]]),
         "",
         *([f"Two draws of the same round size land {a['replicate_sd']:.0f} apart (sd): the "
            "noise each gain carries.", ""] if a["replicate_sd"] is not None else []),
