@@ -33,12 +33,14 @@ def curve(run_dir: Path) -> dict[str, Any]:
     rows, evals, start = [], [], None
     for line in (run_dir / "events.jsonl").open():
         e = json.loads(line)
-        if e["event"] == "RunStarted":
+        if e["event"] == "RunStarted" and start is None:
             start = e["ts"]
         elif e["event"] == "RoundFinished":
+            # The event's own wall_s runs on across a resume (the pause left out); the
+            # timestamp is the fallback for runs older than that field.
+            wall = e.get("wall_s") or e["ts"] - (start or e["ts"])
             rows.append({"round": e["round"], "env_steps": e["env_steps"],
-                         "return": e.get("episode_return_mean"),
-                         "wall_s": round(e["ts"] - (start or e["ts"]), 2)})
+                         "return": e.get("episode_return_mean"), "wall_s": round(wall, 2)})
         elif e["event"] == "ProbeMeasured" and e["probe"] == "eval":
             evals.append({"round": e["round"], "return": e["values"].get("eval_return")})
     summary = json.loads((run_dir / "summary.json").read_text())
