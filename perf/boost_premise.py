@@ -15,7 +15,8 @@ and every branch's policy is evaluated on the same ``--episodes`` deterministic 
 same reset seeds, so the evaluations differ only by the policies). The main run goes on
 untouched. The *advantage* of the big round is its evaluation gain minus the small round's.
 With ``--horizon H`` each branch holds its size for H rounds (each sampled from the branch's
-own updated policy), as a boost that lasts a while; those rows are stored apart.
+own updated policy), as a boost that lasts a while; those rows are stored apart, as are
+another task's (``--task``).
 
 If the premise holds, the advantage is larger where the signal is larger: its rank
 correlation with log rho (and with rho's deviation from its own trend, which is what a
@@ -28,6 +29,7 @@ carry episodes across rounds), and one round's effect is measured, not a boost o
     .venv/bin/python perf/boost_premise.py --seed 1                 # ~10 min on one core
     .venv/bin/python perf/boost_premise.py --seed 2 --append        # add a seed
     .venv/bin/python perf/boost_premise.py --seed 1 --horizon 3     # boosts of 3 rounds
+    .venv/bin/python perf/boost_premise.py --seed 1 --task Walker2d-v5
     .venv/bin/python perf/boost_premise.py --render                 # the table only
 
 Rows: perf/results/boost_premise.json (one per branch, with the probes of its round).
@@ -79,6 +81,7 @@ class Branching:
     episodes: int
     steps: int
     horizon: int = 1  # rounds each branch runs at its size (a boost held for a while)
+    task: str = "Hopper-v5"
 
 
 def fork(learner: Any) -> Any:
@@ -169,7 +172,7 @@ def run_seed(seed: int, rounds: int, b: Branching) -> list[dict[str, Any]]:
     registry.register(Plugin("branch", "probe", branch_probe(b),
                              "Branches the run into a small and a big round.", config={}))
     p = boost.PAPER
-    raw = boost.base_plan(p, "Hopper-v5", "aws-gpu", None, "sync", 0)
+    raw = boost.base_plan(p, b.task, "aws-gpu", None, "sync", 0)
     raw["run"].update(seed=seed, torch_threads=1)
     raw["stop"]["max_rounds"] = rounds
     raw["actors"].update(count=p.start_actors, min=p.start_actors, max=p.start_actors)
@@ -295,7 +298,8 @@ def render(data: dict[str, Any]) -> str:
         return f"{v[0]:+.{digits}f} [{v[1][0]:+.{digits}f}, {v[1][1]:+.{digits}f}]"
 
     lines = [
-        f"Hopper-v5, the paper's protocol at 16 actors; {a['branches']} branches over seeds "
+        f"{b.get('task', 'Hopper-v5')}, the paper's protocol at 16 actors; "
+        f"{a['branches']} branches over seeds "
         f"{', '.join(map(str, a['seeds']))}, every {b['every']} rounds from round {b['start']}: "
         f"{b['small']} against {b['big']} actors for "
         f"{'one round' if b.get('horizon', 1) == 1 else str(b['horizon']) + ' rounds'}, "
@@ -332,6 +336,8 @@ def main() -> None:
     parser.add_argument("--big", type=int, default=64)
     parser.add_argument("--replicates", type=int, default=2)
     parser.add_argument("--episodes", type=int, default=10)
+    parser.add_argument("--task", default="Hopper-v5",
+                        help="a MuJoCo task of the paper's (stored apart when not Hopper)")
     parser.add_argument("--horizon", type=int, default=1,
                         help="rounds each branch runs at its size (stored apart when not 1)")
     parser.add_argument("--append", action="store_true",
@@ -339,19 +345,20 @@ def main() -> None:
     parser.add_argument("--render", action="store_true", help="print the stored table only")
     args = parser.parse_args()
 
-    name = NAME if args.horizon == 1 else f"{NAME}_h{args.horizon}"
+    name = NAME + ("" if args.task == "Hopper-v5" else "_" + args.task.split("-")[0].lower())
+    name += "" if args.horizon == 1 else f"_h{args.horizon}"
     stored = RESULTS / f"{name}.json"
     b = Branching(args.every, args.start, args.small, args.big, args.replicates,
-                  args.episodes, boost.PAPER.steps_per_actor, args.horizon)
+                  args.episodes, boost.PAPER.steps_per_actor, args.horizon, args.task)
     data: dict[str, Any] = {"branching": asdict(b), "rows": []}
     if (args.append or args.render) and stored.is_file():
         kept = json.loads(stored.read_text())
-        if {"horizon": 1, **kept.get("branching", {})} != asdict(b):
+        if {"horizon": 1, "task": "Hopper-v5", **kept.get("branching", {})} != asdict(b):
             raise SystemExit(f"{stored} was made with {kept.get('branching')}; pass the same "
                              "options to add to it")
         data["rows"] = [r for r in kept["rows"] if r["seed"] != args.seed or args.render]
     if not args.render:
-        log(f"Hopper, seed {args.seed}: {args.rounds} rounds at 16 actors, branching "
+        log(f"{b.task}, seed {args.seed}: {args.rounds} rounds at 16 actors, branching "
             f"{b.small} vs {b.big} every {b.every}")
         data["rows"].extend(run_seed(args.seed, args.rounds, b))
         data["rows"].sort(key=lambda r: (r["seed"], r["round"]))

@@ -31,14 +31,16 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
          "atari_curve_pong_appo_cpu_seed2", "atari_curve_spaceinvaders_appo_cpu",
          "gpu_check", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
-         "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3", "load",
+         "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3",
+         "boost_premise_walker2d", "load",
          "soak", "compare_peers"]
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
              "boost_budget": "boost", "gpu_check": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
-             "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise"}
+             "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
+             "boost_premise_walker2d": "boost_premise"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
 BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
