@@ -101,6 +101,8 @@ def render(data: dict[str, Any]) -> str:
     if data["evals"]:
         parts.append("Deterministic evaluations: " + ", ".join(
             f"round {e['round']}: {e['return']:.1f}" for e in data["evals"]) + ".")
+    if data.get("reference"):
+        parts.append(f"Published reference: {data['reference']}")
     if data.get("compare"):
         parts.append(comparison(data, json.loads(
             (c.RESULTS / f"atari_curve_{data['compare']}.json").read_text())))
@@ -134,15 +136,17 @@ def comparison(data: dict[str, Any], other: dict[str, Any], bins: int = 10) -> s
 
 def store(run_dir: Path, name: str, machine_note: str | None, command: str | None,
           like: Path | None = None, title: str | None = None,
-          compare: str | None = None) -> Path:
+          compare: str | None = None, reference: str | None = None) -> Path:
     """Keep the run's curve. A run made elsewhere names its own command, and ``like`` a result
     measured on the same kind of machine, whose machine and versions replace this one's.
     ``compare`` names a stored curve of the same plan to set this one beside (a held-out
-    rerun on another seed, say)."""
+    rerun on another seed, say); ``reference``, a published result to read the curve against."""
     result = {"title": title or f"Atari learning curve: {name}", **curve(run_dir),
               "machine_note": machine_note}
     if compare:
         result["compare"] = compare
+    if reference:
+        result["reference"] = reference
     result["figures"] = [str(figure(result, name).relative_to(ROOT))]
     path = c.write_result(f"atari_curve_{name}", result)
     # What write_result records of this machine and this command, replaced for a run made
@@ -169,6 +173,8 @@ def main() -> int:
     parser.add_argument("--command", help="store: the command that made the run")
     parser.add_argument("--like", type=Path, help="store: a result from the same kind of "
                         "machine, whose machine and versions the curve takes")
+    parser.add_argument("--reference", help="a published result for the same game and step "
+                        "count, with its source, shown beside the curve")
     parser.add_argument("--compare", metavar="NAME", help="a stored curve of the same plan "
                         "(atari_curve_NAME) to compare with at equal agent steps")
     args = parser.parse_args()
@@ -180,12 +186,12 @@ def main() -> int:
         if done.returncode != 0:
             return done.returncode
         path = store(run_dir, args.name, args.machine, None, title=args.title,
-                     compare=args.compare)
+                     compare=args.compare, reference=args.reference)
     else:
         if args.run is None:
             parser.error("store needs --run DIR")
         path = store(args.run, args.name, args.machine, args.command, args.like, args.title,
-                     args.compare)
+                     args.compare, args.reference)
     print(render(json.loads(path.read_text())))
     return 0
 
