@@ -99,7 +99,10 @@ def _run_with_restart_at_round_2(redis_server: RedisServer, tmp_path: Path, mode
 
     async def restart(event: ev.Event) -> None:
         if isinstance(event, ev.WeightsPublished) and event.round == 2 and not restarted:
-            await asyncio.to_thread(redis_server.restart)
+            # Blocking the engine's loop on purpose: awaited in a thread, the restart could
+            # outlast a short run on a loaded machine, and the run would end (cancelling this
+            # watcher) before Redis ever went away.
+            redis_server.restart()
             restarted.append(event.round)
 
     summary = run_watching(engine, restart)
