@@ -94,6 +94,8 @@ class StopRules:
         self.state = state
         self.cost = cost
         self.wall_s = wall_s
+        #: A fan-out the allocator let start ahead of its round: (round, its estimate then).
+        self.committed: tuple[int, float] | None = None
 
     # -- the budget allocator -----------------------------------------------------------------
 
@@ -144,13 +146,26 @@ class StopRules:
             return "max_env_steps"
         if limits["max_wall_s"] is not None and self.wall_s() >= limits["max_wall_s"]:
             return "max_wall_s"
-        if limits["budget_usd"] is not None and self.sized(s.actors_next) == 0:
+        if limits["budget_usd"] is not None and not self._paid_ahead() and \
+                self.sized(s.actors_next) == 0:
             if s.round == 0:  # nothing to show for it: say why, with the figures
                 log.warning("budget_too_small_for_one_round", budget_usd=limits["budget_usd"],
                             actors=self.n_min, round_usd_estimate=self.round_usd(self.n_min),
                             hint="raise stop.budget_usd or lower actors.min")
             return "budget"
         return None
+
+    def _paid_ahead(self) -> bool:
+        """Whether the coming round's fan-out already started with the allocator's consent and
+        the money left still covers the estimate it was allowed on. Its actors are running and
+        billed either way: re-deciding with the estimate refreshed by the round just charged
+        (which may have raised the envelope of recent rounds) would end the run and throw that
+        fan-out away unused."""
+        committed, self.committed = self.committed, None
+        if committed is None or committed[0] != self.state.round + 1:
+            return False
+        left = self.limits["budget_usd"] - self.state.cost_usd
+        return committed[1] <= left
 
     def after_round(self, record: RoundRecord) -> str | None:
         """Why the run ends with the round just finished, or None."""
@@ -180,7 +195,10 @@ class StopRules:
         if limits["max_env_steps"] is not None and \
                 s.env_steps + pending_env_steps >= limits["max_env_steps"]:
             return 0
-        return self.sized(wanted, pending_usd)
+        size = self.sized(wanted, pending_usd)
+        if size and limits["budget_usd"] is not None:
+            self.committed = (s.round + rounds_pending + 1, self.round_usd(size))
+        return size
 
 
 def summary_of(s: RunState, *, run_id: str, name: str, reason: str, wall_s: float,

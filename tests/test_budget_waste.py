@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from kernel.engine import Engine
+from kernel.roles import RoundRecord
+from kernel.run_state import RunState, StopRules
 from tests.conftest import ROOT
 
 #: About 25 one-actor CartPole rounds here: the last round's worth (less than one smallest
@@ -55,3 +57,65 @@ def test_a_budget_stop_wastes_no_invocation_and_spends_the_budget(
     assert 0.95 * BUDGET <= summary["cost_usd"] <= BUDGET, summary["cost_usd"] / BUDGET
     charged = sum(e["round_usd"] for e in events if e["event"] == "CostCharged")
     assert charged == pytest.approx(summary["cost_usd"])
+
+
+class _RisingEstimate:
+    """A cost model that, like the aws model, estimates a round as the dearest round so far
+    times a margin, so a round dearer than those before it raises the next estimate."""
+
+    def __init__(self) -> None:
+        self.charges: list[float] = []
+
+    def estimate_round_usd(self, record: RoundRecord, actors: int) -> float:
+        return 1.2 * max(self.charges) * actors
+
+    def estimate_first_round_usd(self, actors: int) -> float:
+        return 1.0 * actors
+
+
+def _record(number: int, usd: float) -> RoundRecord:
+    return RoundRecord(round=number, actors=1, env_steps=32, batches=1, round_s=0.1,
+                       learner_s=0.05, probe_s=0.0, actor_durations_ms=[10.0], cold_starts=0,
+                       eval_return=None, episode_return_mean=None, probes={}, cost_usd=usd)
+
+
+def _rules(budget: float) -> StopRules:
+    plan = {"stop": {"budget_usd": budget, "max_rounds": None, "max_env_steps": None,
+                     "max_wall_s": None, "target_return": None},
+            "actors": {"min": 1, "max": 1}}
+    return StopRules(plan, RunState(), _RisingEstimate(), wall_s=lambda: 0.0)  # type: ignore[arg-type]
+
+
+def _charge(rules: StopRules, usd: float) -> None:
+    s = rules.state
+    s.round += 1
+    s.cost_usd += usd
+    s.history.append(_record(s.round, usd))
+    rules.cost.charges.append(usd)  # type: ignore[attr-defined]
+
+
+def test_a_fan_out_started_ahead_is_trained_on_when_the_round_before_it_raised_the_estimate(
+        ) -> None:
+    """Round 3's fan-out starts during round 2 on estimates of $1.2 each (3.5 - 1 - 1.2 >=
+    1.2). Round 2 then costs $1.15, within its estimate but the dearest yet, so a fresh estimate
+    ($1.38) no longer fits the $1.35 left. Round 3's actors are already running and billed:
+    the round runs on the estimate it was allowed on, which the money left still covers."""
+    rules = _rules(budget=3.5)
+    _charge(rules, 1.0)                                        # round 1
+    assert rules.before_round() is None                        # round 2 runs
+    assert rules.fan_out_size(1, 32, rules.round_usd(1)) == 1  # round 3 starts ahead
+    _charge(rules, 1.15)                                       # round 2
+    assert rules.sized(1) == 0                                 # a fresh decision would refuse
+    assert rules.before_round() is None                        # the started fan-out runs
+    _charge(rules, 1.2)                                        # round 3: $3.35 of $3.5
+    assert rules.before_round() == "budget"
+
+
+def test_a_fan_out_started_ahead_is_not_run_when_the_money_left_no_longer_covers_it() -> None:
+    """The commitment holds only within the budget: when the round before it cost more than
+    its estimate, the round started ahead is refused rather than overspend."""
+    rules = _rules(budget=3.5)
+    _charge(rules, 1.0)
+    assert rules.fan_out_size(1, 32, rules.round_usd(1)) == 1
+    _charge(rules, 1.4)                                        # $1.1 left, $1.2 committed
+    assert rules.before_round() == "budget"
