@@ -239,9 +239,9 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
         target = args.target if args.target is not None else TARGETS.get(task)
         for cost in p.costs:
             sweep_dir = out / task / cost
-            plan = write_plan(base_plan(p, task, cost, budget, args.mode, workers, args.clock),
-                              sweep_dir / "plan.toml")
-            if not args.collect:
+            if not args.collect:  # collecting reads what is on disk, whatever options made it
+                plan = write_plan(base_plan(p, task, cost, budget, args.mode, workers,
+                                            args.clock), sweep_dir / "plan.toml")
                 c.log(f"{p.name} {task} {cost}: {len(settings)} settings x seeds {p.seeds}")
                 sweep(str(plan), _seeds(p.seeds), [], [], sweep_dir, args.jobs,
                       command=c.command_line(), report=c.log, extra_settings=settings)

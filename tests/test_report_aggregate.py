@@ -249,6 +249,29 @@ def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> N
     assert boost.write_plan(made, plan_path) == plan_path  # the same options resume
 
 
+
+def test_boost_collect_reads_folders_made_with_other_options(tmp_path: Path) -> None:
+    """``--collect`` runs nothing, so it reads every task's folder whatever options made its
+    runs (two tasks swept with different ``--jobs`` have plans that differ in
+    ``actors.workers``) and leaves their plans as they are."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    sweep_dir = tmp_path / "Hopper-v5" / "aws-gpu"
+    made = boost.base_plan(boost.PAPER, "Hopper-v5", "aws-gpu", None, "sync", 1, "model_cuda")
+    boost.write_plan(made, sweep_dir / "plan.toml")
+    kept = (sweep_dir / "plan.toml").read_text()
+    (sweep_dir / boost.MANIFEST).write_text("{}")
+    p = boost.Protocol(**{**vars(boost.PAPER), "tasks": ("Hopper-v5",),
+                          "costs": ("aws-gpu",), "settings": ("fixed16",)})
+    args = argparse.Namespace(collect=True, jobs=1, workers=None, budget=None, target=None,
+                              mode="sync", clock="model_cuda", slim=False, figures=False)
+    assert boost.run_protocol(p, args, tmp_path) == []
+    assert (sweep_dir / "plan.toml").read_text() == kept
+
 def test_slimmed_runs_give_the_same_rows_and_bills(tmp_path: Path) -> None:
     """``perf/boost.py --slim`` drops the per-invocation events of kept runs; every row the
     protocol reports, and the prototype's bill read off them, must come out the same."""
