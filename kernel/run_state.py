@@ -161,11 +161,10 @@ class StopRules:
         billed either way: re-deciding with the estimate refreshed by the round just charged
         (which may have raised the envelope of recent rounds) would end the run and throw that
         fan-out away unused."""
-        committed, self.committed = self.committed, None
+        committed = self.committed
         if committed is None or committed[0] != self.state.round + 1:
             return False
-        left = self.limits["budget_usd"] - self.state.cost_usd
-        return committed[1] <= left
+        return committed[1] <= self.limits["budget_usd"] - self.state.cost_usd
 
     def after_round(self, record: RoundRecord) -> str | None:
         """Why the run ends with the round just finished, or None."""
