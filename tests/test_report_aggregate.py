@@ -249,7 +249,6 @@ def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> N
     assert boost.write_plan(made, plan_path) == plan_path  # the same options resume
 
 
-
 def test_boost_collect_reads_folders_made_with_other_options(tmp_path: Path) -> None:
     """``--collect`` runs nothing, so it reads every task's folder whatever options made its
     runs (two tasks swept with different ``--jobs`` have plans that differ in
@@ -271,6 +270,7 @@ def test_boost_collect_reads_folders_made_with_other_options(tmp_path: Path) -> 
                               mode="sync", clock="model_cuda", slim=False, figures=False)
     assert boost.run_protocol(p, args, tmp_path) == []
     assert (sweep_dir / "plan.toml").read_text() == kept
+
 
 def test_slimmed_runs_give_the_same_rows_and_bills(tmp_path: Path) -> None:
     """``perf/boost.py --slim`` drops the per-invocation events of kept runs; every row the
