@@ -20,6 +20,7 @@ import asyncio
 import math
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,31 +44,30 @@ from kernel.run_state import RunState, StopRules
 log = structlog.get_logger("kernel.coordinator")
 
 
+@dataclass(eq=False, repr=False)
 class Coordinator:
-    def __init__(
-        self,
-        plan: dict[str, Any],
-        run_id: str,
-        roles: Roles,
-        state: RunState,
-        publish: Callable[[ev.Event], None],
-        stop_requested: asyncio.Event,
-        rng: np.random.Generator,
-        rules: StopRules,
-    ):
-        self.plan = plan
-        self.roles = roles
-        self.state = state
-        self.publish = publish
-        self.rng = rng
-        self.rules = rules
-        self.intake = Intake(plan, run_id, roles, state, publish, stop_requested)
-        #: The weights of the newest version published (a pipelined run checkpoints the ones its
-        #: next fan-out was launched with).
-        self.published_weights: Weights | None = None
-        #: A decision taken ahead for the round being trained (overlapped modes, scalers that
-        #: read no measurements): the round's end must not ask the scaler a second time.
-        self.decided_ahead: int | None = None
+    """The round's steps over the run's parts: what the engine built, the run's state, and
+    the bus. The intake it builds shares them, so there is one owner of each."""
+
+    plan: dict[str, Any]
+    run_id: str
+    roles: Roles
+    state: RunState
+    publish: Callable[[ev.Event], None]
+    stop_requested: asyncio.Event
+    rng: np.random.Generator
+    rules: StopRules
+    intake: Intake = field(init=False)
+    #: The weights of the newest version published (a pipelined run checkpoints the ones its
+    #: next fan-out was launched with).
+    published_weights: Weights | None = field(default=None, init=False)
+    #: A decision taken ahead for the round being trained (overlapped modes, scalers that
+    #: read no measurements): the round's end must not ask the scaler a second time.
+    decided_ahead: int | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        self.intake = Intake(self.plan, self.run_id, self.roles, self.state, self.publish,
+                             self.stop_requested)
 
     # -- one synchronous round ----------------------------------------------------------------
 

@@ -141,10 +141,7 @@ class Intake:
         try:
             receipt = await self.roles.actors.invoke(invocation)
         except InvocationFailed as exc:
-            receipt = Receipt(request_id=invocation.request_id, ok=False, error=exc.reason,
-                              attempts=exc.attempts, throttles=exc.throttles,
-                              duration_ms=exc.duration_ms, billed_ms=exc.billed_ms,
-                              init_ms=exc.init_ms, cancelled=exc.cancelled)
+            receipt = exc.receipt
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a backend bug must not take the round down with it

@@ -87,23 +87,27 @@ class Unreachable(Exception):
 
 
 class InvocationFailed(Exception):
-    """An invocation that gave up: the round goes on without it."""
+    """An invocation that gave up: the round goes on without it.
+
+    It carries the call's failure ``receipt``, so what the platform bills for it reaches the
+    cost model: AWS charges a function error or a timeout for its duration (and init), and a
+    call the caller gave up on (``cancelled``) runs on, billed, until it ends or times out."""
 
     def __init__(self, request_id: str, reason: str, *, attempts: int = 1, throttles: int = 0,
                  duration_ms: float = 0.0, billed_ms: int = 0, init_ms: float = 0.0,
                  cancelled: bool = False):
         super().__init__(f"invocation {request_id} failed: {reason}")
-        self.request_id = request_id
-        self.reason = reason
-        self.attempts = attempts
-        self.throttles = throttles
-        #: What the platform bills for the failure: AWS charges a function error or a timeout
-        #: for its duration (and init), and a call the caller gave up on (``cancelled``) runs
-        #: on, billed, until it ends or times out.
-        self.duration_ms = duration_ms
-        self.billed_ms = billed_ms
-        self.init_ms = init_ms
-        self.cancelled = cancelled
+        self.receipt = Receipt(request_id=request_id, ok=False, error=reason, attempts=attempts,
+                               throttles=throttles, duration_ms=duration_ms,
+                               billed_ms=billed_ms, init_ms=init_ms, cancelled=cancelled)
+
+    @property
+    def request_id(self) -> str:
+        return self.receipt.request_id
+
+    @property
+    def reason(self) -> str:
+        return str(self.receipt.error)
 
 
 @runtime_checkable

@@ -86,7 +86,7 @@ def test_function_error_is_an_invocation_failure(endpoint: Endpoint) -> None:
     b = backend(endpoint.url)
     [err] = call(b, [{"op": "boom", "message": "kaput"}])
     assert isinstance(err, InvocationFailed)
-    assert err.reason == "ValueError: kaput" and err.attempts == 1
+    assert err.reason == "ValueError: kaput" and err.receipt.attempts == 1
     assert b.counters()["lambda_function_errors"] == 1
 
 
@@ -94,7 +94,7 @@ def test_timed_out_function_and_invocation_deadline(endpoint: Endpoint) -> None:
     b = backend(endpoint.url)
     [err] = call(b, [{"op": "sleep", "seconds": 5}])
     assert isinstance(err, InvocationFailed) and err.reason.startswith("Sandbox.Timedout")
-    assert err.attempts == 1  # a timed-out synchronous invoke is never run again
+    assert err.receipt.attempts == 1  # a timed-out synchronous invoke is never run again
     b = backend(endpoint.url, invoke_deadline_s=0.4)
     [err] = call(b, [{"op": "sleep", "seconds": 1.0}])
     assert isinstance(err, InvocationFailed) and err.reason == "deadline"
@@ -105,11 +105,11 @@ def test_client_errors_are_not_retried_and_connection_errors_are(endpoint: Endpo
     b = backend(endpoint.url, function="no-such-function")
     [err] = call(b, [{"op": "echo"}])
     assert isinstance(err, InvocationFailed) and "ResourceNotFoundException" in err.reason
-    assert err.attempts == 1
+    assert err.receipt.attempts == 1
     closed = Endpoint()  # a free port with nobody listening
     b = backend(closed.url, max_retries=2)
     [err] = call(b, [{"op": "echo"}])
-    assert isinstance(err, InvocationFailed) and err.attempts == 3
+    assert isinstance(err, InvocationFailed) and err.receipt.attempts == 3
     assert "connect" in err.reason
 
 
@@ -268,11 +268,11 @@ def test_failures_keep_the_duration_aws_bills(endpoint: Endpoint) -> None:
     [err] = call(backend(endpoint.url), [{"op": "sleep", "seconds": 5}])
     assert isinstance(err, InvocationFailed) and err.reason.startswith("Sandbox.Timedout")
     # Killed at the 1.5 s function timeout: billed for it, from the REPORT line.
-    assert 1500 <= err.duration_ms < 5000  # type: ignore[attr-defined]
-    assert err.billed_ms >= 1500  # type: ignore[attr-defined]
+    assert 1500 <= err.receipt.duration_ms < 5000  # type: ignore[attr-defined]
+    assert err.receipt.billed_ms >= 1500  # type: ignore[attr-defined]
     [err] = call(backend(endpoint.url, invoke_deadline_s=0.4), [{"op": "sleep", "seconds": 1}])
-    assert err.reason == "deadline" and err.cancelled  # type: ignore[union-attr]
-    assert 350 <= err.duration_ms < 1000  # type: ignore[union-attr]
+    assert err.reason == "deadline" and err.receipt.cancelled  # type: ignore[union-attr]
+    assert 350 <= err.receipt.duration_ms < 1000  # type: ignore[union-attr]
 
 
 def test_cold_start_init_and_billed_duration_come_from_the_report_line() -> None:
