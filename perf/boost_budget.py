@@ -97,6 +97,9 @@ SETTINGS = {
     "prototype": ['scaler={name="prototype"}', "actors.count=2"],
     "hydrozoa": ['scaler={name="hydrozoa"}', "actors.count=2"],
     "critical_batch": ['scaler={name="critical_batch"}', "actors.count=2"],
+    # KungFu's adaptive batch (N from actors.min, grown with the gradient noise scale): the
+    # setting that bought the most samples in the paper's protocol, here at equal budget.
+    "kungfu": ['scaler={name="kungfu"}', "actors.count=2"],
 }
 COMMON = ["checkpoint.enabled=false", "sinks=[]",
           'probes=[{name="eval", every=10, episodes=10}]']
