@@ -67,6 +67,7 @@ GYMNASIUM_CONFIG = {
     "imports": Field("list[str]", [], "Modules to import first: packages that register their "
                      "envs on import (an id may also name its module, as in mod:MyEnv-v0)."),
 }
+MEMORY_CONFIG = {"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}
 
 PLUGINS = [
     Plugin("gymnasium", "env", "plugins.environments.gymnasium_env:make",
@@ -79,7 +80,7 @@ PLUGINS = [
            "Warm worker processes that behave like a serverless platform.", config=LOCAL_CONFIG),
     Plugin("memory", "transport", "plugins.transports.memory:MemoryTransport",
            "In-process transport: no server; batches come back with the invocation.",
-           config={"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}),
+           config=MEMORY_CONFIG),
     Plugin("eval", "probe", "plugins.probes.evaluation:EvalProbe",
            "Deterministic-policy episodes; reports eval_return.",
            config={"episodes": Field("int", 10, "Episodes per evaluation.", min=1, max=1000)},

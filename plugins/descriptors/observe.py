@@ -6,29 +6,40 @@ from kernel.registry import Plugin
 from kernel.schema import Field
 from plugins.sinks.metrics import TAG_STYLES
 
+CONSOLE_CONFIG = {
+    "progress": Field("str", "auto", "Live display: auto (only on a terminal), live, or plain.",
+                      choices=("auto", "live", "plain")),
+}
+JSONL_CONFIG = {
+    "path": Field("str", "rounds.jsonl", "File in the run directory."),
+    "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all)."),
+}
+CSV_CONFIG = {
+    "path": Field("str", "rounds.csv", "File in the run directory."),
+    "columns": Field("list[str]", ["pg_loss", "v_loss", "entropy", "approx_kl"],
+                     "Extra columns: probe, learner-metric or scaler keys."),
+}
+TENSORBOARD_CONFIG = {
+    "dir": Field("str", "tensorboard", "Directory in the run directory."),
+    "step": Field("str", "env_steps", "x axis of every scalar.", choices=("env_steps", "round")),
+    "tag_style": Field("str", "nitro", "Scalar names: nitro (group/key, keys as in the CSV), "
+                       "sb3 (rollout/ep_rew_mean, time/fps, train/ losses) or cleanrl "
+                       "(charts/episodic_return, charts/SPS, losses/).", choices=TAG_STYLES),
+}
+
 PLUGINS = [
     Plugin("console", "sink", "plugins.sinks.console:ConsoleSink",
            "Live progress on a terminal; one plain line per round otherwise.",
-           config={"progress": Field("str", "auto", "Live display: auto (only on a terminal), "
-                                     "live, or plain.", choices=("auto", "live", "plain"))}),
+           config=CONSOLE_CONFIG),
     Plugin("jsonl", "sink", "plugins.sinks.jsonl_file:JsonlSink", "Chosen events as JSON lines.",
-           config={"path": Field("str", "rounds.jsonl", "File in the run directory."),
-                   "events": Field("list[str]", ["RoundFinished"], "Event types ('*': all).")}),
+           config=JSONL_CONFIG),
     Plugin("csv", "sink", "plugins.sinks.csv_file:CsvSink",
            "One row per round: times, actors, eval return, loss, cost, Hessian ratio, boost "
            "score, GNS.",
-           config={"path": Field("str", "rounds.csv", "File in the run directory."),
-                   "columns": Field("list[str]", ["pg_loss", "v_loss", "entropy", "approx_kl"],
-                                    "Extra columns: probe, learner-metric or scaler keys.")}),
+           config=CSV_CONFIG),
     Plugin("tensorboard", "sink", "plugins.sinks.tensorboard_file:TensorboardSink",
            "Scalars per round for TensorBoard (eval, learner, probes, actors, cost, times).",
-           config={"dir": Field("str", "tensorboard", "Directory in the run directory."),
-                   "step": Field("str", "env_steps", "x axis of every scalar.",
-                                 choices=("env_steps", "round")),
-                   "tag_style": Field(
-                       "str", "nitro", "Scalar names: nitro (group/key, keys as in the CSV), "
-                       "sb3 (rollout/ep_rew_mean, time/fps, train/ losses) or cleanrl "
-                       "(charts/episodic_return, charts/SPS, losses/).", choices=TAG_STYLES)}),
+           config=TENSORBOARD_CONFIG),
     Plugin("wandb", "sink", "plugins.sinks.wandb_run:WandbSink",
            "Rounds to Weights & Biases, the resolved plan as config (extra: nitro-rl[wandb]).",
            validator="plugins.sinks.wandb_run:check",

@@ -14,6 +14,8 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from kernel.schema import defaults
+from plugins.descriptors.observe import CONSOLE_CONFIG
 from plugins.sinks.metrics import env_steps_per_s
 
 
@@ -173,7 +175,7 @@ class ConsoleSink:
     def __init__(self, ctx: PluginContext, stream: TextIO | None = None):
         self.stream = stream or sys.stdout
         self.progress = RunProgress.from_plan(ctx.plan)
-        mode = ctx.config.get("progress", "auto")
+        mode = {**defaults(CONSOLE_CONFIG), **ctx.config}["progress"]
         is_tty = bool(getattr(self.stream, "isatty", lambda: False)())
         self.live_mode = mode == "live" or (mode == "auto" and is_tty)
         self._live: Any = None

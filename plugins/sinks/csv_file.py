@@ -14,6 +14,8 @@ from typing import Any, TextIO
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from kernel.schema import defaults
+from plugins.descriptors.observe import CSV_CONFIG
 from plugins.sinks.metrics import FileSink, round_values
 
 #: (column, where it is read from, keys). ``round`` columns are ``plugins.sinks.metrics`` keys, the
@@ -60,8 +62,9 @@ class CsvSink(FileSink):
     """Rows appended and flushed per round; a resumed run appends to the same file."""
 
     def __init__(self, ctx: PluginContext):
-        self.path = ctx.run_dir / ctx.config.get("path", "rounds.csv")
-        self.extra = [str(c) for c in ctx.config.get("columns", [])]
+        cfg = {**defaults(CSV_CONFIG), **ctx.config}
+        self.path = ctx.run_dir / cfg["path"]
+        self.extra = [str(c) for c in cfg["columns"]]
         self.envs_per_actor = ctx.plan.get("env", {}).get("num_envs")
         self.header = [name for name, _, _ in BASE_COLUMNS] + [
             c for c in self.extra if c not in {n for n, _, _ in BASE_COLUMNS}

@@ -11,6 +11,8 @@ import json
 from typing import Any, TextIO
 
 from kernel.roles import PluginContext
+from kernel.schema import defaults
+from plugins.descriptors.observe import JSONL_CONFIG
 from plugins.sinks.metrics import FileSink
 
 
@@ -18,8 +20,9 @@ class JsonlSink(FileSink):
     """Chosen event types as JSON lines in a file of the run directory (``rounds.jsonl``)."""
 
     def __init__(self, ctx: PluginContext):
-        self.path = ctx.run_dir / ctx.config.get("path", "rounds.jsonl")
-        self.types = set(ctx.config.get("events", ["RoundFinished"]))
+        cfg = {**defaults(JSONL_CONFIG), **ctx.config}
+        self.path = ctx.run_dir / cfg["path"]
+        self.types = set(cfg["events"])
         self.file: TextIO | None = None
 
     async def start(self, ctx: PluginContext) -> None:

@@ -18,14 +18,17 @@ from typing import Any
 
 from kernel import events as ev
 from kernel.roles import PluginContext
+from kernel.schema import defaults
+from plugins.descriptors.observe import TENSORBOARD_CONFIG
 from plugins.sinks.metrics import FileSink, learner_tag, round_values, tensorboard_tag
 
 
 class TensorboardSink(FileSink):
     def __init__(self, ctx: PluginContext):
-        self.logdir = ctx.run_dir / ctx.config.get("dir", "tensorboard")
-        self.step_by = ctx.config.get("step", "env_steps")
-        self.tag_style = ctx.config.get("tag_style", "nitro")
+        cfg = {**defaults(TENSORBOARD_CONFIG), **ctx.config}
+        self.logdir = ctx.run_dir / cfg["dir"]
+        self.step_by = cfg["step"]
+        self.tag_style = cfg["tag_style"]
         self.file: Any = None
         self._started_ts: float | None = None
         self._scale: dict[int, ev.ScaleDecided] = {}

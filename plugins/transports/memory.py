@@ -14,11 +14,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kernel.roles import PluginContext
+from kernel.schema import defaults
+from plugins.descriptors.core import MEMORY_CONFIG
 
 
 class MemoryTransport:
     def __init__(self, ctx: PluginContext):
-        self.keep_versions = int(ctx.config.get("keep_versions", 3))
+        self.keep_versions = int({**defaults(MEMORY_CONFIG), **ctx.config}["keep_versions"])
         self._weights: OrderedDict[int, bytes] = OrderedDict()
         self._batches: asyncio.Queue[tuple[str, bytes]] = asyncio.Queue()
         self._ids = itertools.count(1)

@@ -54,6 +54,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from kernel.roles import PluginContext, Unreachable
+from kernel.schema import defaults
+from plugins.descriptors.redis_stream import REDIS_CONFIG
 
 log = structlog.get_logger("plugins.transports.redis_stream")
 
@@ -152,15 +154,17 @@ def resolve_password(url_password: str | None) -> str | None:
     return url_password or os.environ.get(PASSWORD_ENV) or None
 
 
-def tls_settings(cfg: dict[str, Any]) -> dict[str, Any]:
+def tls_settings(settings: dict[str, Any]) -> dict[str, Any]:
     """redis-py keyword arguments for TLS. Verification is on unless explicitly turned off, and
-    hostname checking is explicit: redis-py 5 leaves it off by default."""
-    reqs = str(cfg.get("ssl_cert_reqs") or "required")
-    check = cfg.get("ssl_check_hostname")
+    hostname checking is explicit: redis-py 5 leaves it off by default. ``settings`` is the
+    plan's section (the learner) or what the actor's environment names, which may leave any
+    key unset."""
+    reqs = str(settings.get("ssl_cert_reqs") or "required")
+    check = settings.get("ssl_check_hostname")
     check_hostname = (True if check is None else bool(check)) and reqs != "none"
     out: dict[str, Any] = {"ssl_cert_reqs": reqs, "ssl_check_hostname": check_hostname}
-    if cfg.get("ssl_ca_certs"):
-        out["ssl_ca_certs"] = str(cfg["ssl_ca_certs"])
+    if settings.get("ssl_ca_certs"):
+        out["ssl_ca_certs"] = str(settings["ssl_ca_certs"])
     return out
 
 
@@ -225,8 +229,8 @@ def _bounded(spec: dict[str, Any], key: str, default: float) -> float:
 
 def _client_kwargs(url: str, cfg: dict[str, Any]) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
-        "socket_timeout": float(cfg.get("socket_timeout_s") or 10.0),
-        "socket_connect_timeout": float(cfg.get("connect_timeout_s") or 5.0),
+        "socket_timeout": float(cfg["socket_timeout_s"]),
+        "socket_connect_timeout": float(cfg["connect_timeout_s"]),
     }
     if url.startswith("rediss://"):
         kwargs.update(tls_settings(cfg))
@@ -236,9 +240,7 @@ def _client_kwargs(url: str, cfg: dict[str, Any]) -> dict[str, Any]:
 def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:
     """Plan-time check of the URL (the message never repeats the URL: it may hold a password)."""
     split_url(section["url"])
-    block_ms = section.get("block_ms") or 1000
-    socket_timeout = section.get("socket_timeout_s") or 10.0
-    if block_ms / 1000 >= socket_timeout:
+    if section["block_ms"] / 1000 >= section["socket_timeout_s"]:
         raise ValueError("block_ms must stay below socket_timeout_s, or a blocking read times out")
 
 
@@ -246,20 +248,22 @@ class RedisTransport:
     """The learner's side (``redis.asyncio``). One learner per run id reads the stream."""
 
     def __init__(self, ctx: PluginContext):
-        cfg = ctx.config
+        # A plan's section arrives validated; a hand-made one (a test, an embedding) is
+        # completed from the descriptor's own defaults.
+        cfg = {**defaults(REDIS_CONFIG), **ctx.config}
         self.run_id = ctx.run_id
         self.url, url_password = split_url(cfg["url"])
         self._password = resolve_password(url_password)
         self._cfg = cfg
-        self.keep_versions = int(cfg.get("keep_versions") or 3)
-        self.weights_ttl_s = cfg.get("weights_ttl_s")
-        self.stream_ttl_s = float(cfg.get("stream_ttl_s") or DEFAULT_STREAM_TTL_S)
-        self.stream_maxlen = int(cfg.get("stream_maxlen") or 10_000)
-        self.block_ms = int(cfg.get("block_ms") or 1000)
-        self.read_count = int(cfg.get("read_count") or 16)
-        self.reconnect_s = float(cfg.get("reconnect_s") or 60.0)
-        self.group = str(cfg.get("group") or "learners")
-        self.consumer = str(cfg.get("consumer") or "learner")
+        self.keep_versions = int(cfg["keep_versions"])
+        self.weights_ttl_s = cfg["weights_ttl_s"]
+        self.stream_ttl_s = float(cfg["stream_ttl_s"])
+        self.stream_maxlen = int(cfg["stream_maxlen"])
+        self.block_ms = int(cfg["block_ms"])
+        self.read_count = int(cfg["read_count"])
+        self.reconnect_s = float(cfg["reconnect_s"])
+        self.group = str(cfg["group"])
+        self.consumer = str(cfg["consumer"])
         self.stream = batches_key(self.run_id)
         self._redis: aioredis.Redis | None = None
         self._buffer: deque[tuple[str, bytes]] = deque()
@@ -304,7 +308,7 @@ class RedisTransport:
         spec: dict[str, Any] = {"kind": "redis", "url": self.url, "run_id": self.run_id,
                                 "stream_maxlen": self.stream_maxlen,
                                 "stream_ttl_s": self.stream_ttl_s}
-        if self._cfg.get("weights_wait_s") is not None:
+        if self._cfg["weights_wait_s"] is not None:
             spec["weights_wait_s"] = float(self._cfg["weights_wait_s"])
         return spec
 
