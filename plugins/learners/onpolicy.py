@@ -182,6 +182,14 @@ class OnPolicyLearner:
     # -- learning -----------------------------------------------------------------------------
 
     def progress(self) -> float:
+        """How far the run has come towards its end, in [0, 1], for the learning-rate anneal.
+
+        The horizon is read from the plan's stop limits on purpose, and only here: the anneal
+        must reach zero where the run ends, and the stop section is the one place a run's
+        length is written. An algo key of its own (Stable-Baselines3's ``total_timesteps``)
+        would be a second copy that a ``--set stop.max_env_steps=...`` leaves behind. A run
+        stopped by budget, wall time or a target alone has no known end, so it does not
+        anneal (0)."""
         if self.stop["max_env_steps"]:
             return self.trained_env_steps / self.stop["max_env_steps"]
         if self.stop["max_rounds"]:
