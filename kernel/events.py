@@ -11,6 +11,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from kernel.roles import Receipt
+
 EVENT_SCHEMA = 1
 
 
@@ -49,17 +51,16 @@ class WeightsPublished(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class InvocationFinished(Event):
+    """One invocation's end, carrying the actor's ``Receipt`` whole, so what the journal says
+    of a call (billing included: ``billed_ms``, ``init_ms``, ``cancelled``) is what the cost
+    model was charged from. Its JSON line lists the receipt's fields beside ``round``."""
+
     round: int
-    request_id: str
-    ok: bool
-    env_steps: int = 0
-    episodes: int = 0
-    duration_ms: float = 0.0
-    billed_ms: int = 0
-    cold_start: bool = False
-    attempts: int = 1
-    throttles: int = 0
-    error: str | None = None
+    receipt: Receipt
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"event": type(self).__name__, "schema": self.schema, "ts": self.ts,
+                "round": self.round, **self.receipt.report()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -155,13 +155,7 @@ class Intake:
             counters.invocation_errors += 1
         if receipt.payload is not None:
             await self.roles.transport.deliver(receipt.payload)
-        self.publish(ev.InvocationFinished(
-            round=invocation.round, request_id=receipt.request_id, ok=receipt.ok,
-            env_steps=receipt.env_steps, episodes=receipt.episodes,
-            duration_ms=receipt.duration_ms, billed_ms=receipt.billed_ms,
-            cold_start=receipt.cold_start, attempts=receipt.attempts,
-            throttles=receipt.throttles, error=receipt.error,
-        ))
+        self.publish(ev.InvocationFinished(round=invocation.round, receipt=receipt))
         return receipt
 
     def _done(self, task: asyncio.Task[Receipt]) -> None:
@@ -197,11 +191,11 @@ class Intake:
             task.cancel()
             self.pending.pop(inv.request_id, None)
             self._versions.pop(inv.request_id, None)
-            receipts.append(Receipt(request_id=inv.request_id, ok=False, version=inv.version,
-                                    duration_ms=(now - started) * 1000, error="cancelled",
-                                    cancelled=True))
-            self.publish(ev.InvocationFinished(round=inv.round, request_id=inv.request_id,
-                                               ok=False, error="cancelled"))
+            receipt = Receipt(request_id=inv.request_id, ok=False, version=inv.version,
+                              duration_ms=(now - started) * 1000, error="cancelled",
+                              cancelled=True)
+            receipts.append(receipt)
+            self.publish(ev.InvocationFinished(round=inv.round, receipt=receipt))
         await asyncio.gather(*(t for t, _, _ in chosen), return_exceptions=True)
         self.state.counters.invocations_cancelled += len(receipts)
         return receipts

@@ -150,10 +150,10 @@ class FirstErrors:
 
     def note(self, event: Any) -> None:
         """Print ``event`` if it is the first failed invocation or dropped batch of its kind."""
-        if isinstance(event, ev.InvocationFinished) and not event.ok:
-            error = event.error or "unknown error"
+        if isinstance(event, ev.InvocationFinished) and not event.receipt.ok:
+            error = event.receipt.error or "unknown error"
             key = ("invocation_error", error.split(":", 1)[0].strip())
-            fields = {"request_id": event.request_id, "error": error[:500]}
+            fields = {"request_id": event.receipt.request_id, "error": error[:500]}
         elif isinstance(event, ev.BatchDropped):
             key = ("batch_dropped", event.reason)
             fields = {"request_id": event.request_id, "version": event.version}

@@ -9,7 +9,7 @@ JSON scalars (what the codec carries); anything heavier stays inside the plugin.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -77,6 +77,10 @@ class Receipt:
     #: it ends or reaches the function timeout. ``duration_ms`` is then the time until the
     #: cancel, not the invocation's real duration.
     cancelled: bool = False
+
+    def report(self) -> dict[str, Any]:
+        """The receipt as JSON-ready fields, without the batch it may carry back."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "payload"}
 
 
 class Unreachable(Exception):

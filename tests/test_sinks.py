@@ -14,7 +14,7 @@ import pytest
 
 from kernel import Engine
 from kernel import events as ev
-from kernel.roles import PluginContext
+from kernel.roles import PluginContext, Receipt
 from plugins.sinks.console import ConsoleSink, RunProgress, round_header, round_line
 from plugins.sinks.csv_file import BASE_COLUMNS, CsvSink
 from plugins.sinks.metrics import markdown_table
@@ -38,8 +38,10 @@ def round_events(number: int, t0: float) -> list[ev.Event]:
                    "eval_return_max": eval_return + 10}
     return [
         ev.RoundStarted(ts=t0 + number, round=number, actors=2, version=number),
-        ev.InvocationFinished(ts=t0 + number, round=number, request_id="a0", ok=True),
-        ev.InvocationFinished(ts=t0 + number, round=number, request_id="a1", ok=True),
+        ev.InvocationFinished(ts=t0 + number, round=number,
+                              receipt=Receipt(request_id="a0", ok=True)),
+        ev.InvocationFinished(ts=t0 + number, round=number,
+                              receipt=Receipt(request_id="a1", ok=True)),
         ev.CostCharged(ts=t0 + number, round=number, items={"actors_usd": 0.01},
                        round_usd=0.01, total_usd=0.01 * number),
         ev.ScaleDecided(ts=t0 + number, round=number, previous=2, actors=3, scaler="nitro",
