@@ -118,7 +118,8 @@ class Intake:
         ckpt = self.plan["checkpoint"]
         if ckpt["exact_resume"]:  # actors' warm envs restart with each periodic checkpoint
             event["episode_epoch"] = (number - 1) // ckpt["every"]
-        return Invocation(request_id=request_id, version=version, round=number, event=event)
+        return Invocation(request_id=request_id, version=version, round=number, event=event,
+                          index=index)
 
     def launch(self, number: int, version: int, count: int, actor_spec: dict[str, Any]) -> int:
         """Start ``count`` invocations for round ``number`` with weights ``version``."""

@@ -48,6 +48,10 @@ class Invocation:
     version: int
     round: int
     event: dict[str, Any]
+    #: Its place among the round's invocations (across the run when rounds overlap). A backend
+    #: whose warm workers keep envs mid-episode may pin calls by it, so that what each
+    #: invocation continues does not depend on which call finished first.
+    index: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,15 +28,18 @@ def _events(run_dir: Path) -> list[dict]:
 
 @pytest.mark.parametrize("run", [{"run.mode": "sync"},
                                  {"run.mode": "sync", "actors.count": 2},
+                                 {"run.mode": "sync", "actors.count": 5, "actors.workers": 2},
                                  {"run.mode": "pipelined", "run.snapshot_at": 0.5,
                                   "actors.count": 2},
                                  {"run.mode": "pipelined", "run.snapshot_at": 0.0}],
-                         ids=["sync", "sync-2-actors", "pipelined-snapshot",
+                         ids=["sync", "sync-2-actors", "sync-more-actors-than-workers",
+                              "pipelined-snapshot",
                               "pipelined-previous-weights"])
 def test_a_seeded_run_replays_exactly(tmp_path: Path, run: dict) -> None:
     """Same plan, same seed: the same rollouts and updates, whichever warm worker serves each
     invocation (the actors' action noise comes from the invocation's seed, and the local pool
-    hands calls to its idle workers, which keep their envs mid-episode, in a fixed order).
+    pins each call to a worker by its index in the round, so the envs each worker keeps
+    mid-episode are continued in the same order even with more actors than workers).
     Pipelined rounds replay with a fixed snapshot point (a timed one depends on the machine's
     speed)."""
     def trace(name: str) -> list[tuple]:

@@ -5,6 +5,11 @@ between invocations; cold starts are counted; each invocation's duration is meas
 ``simulate = true`` the run's clock and bill are those of N concurrent cloud functions:
 ``simulated_actor_s`` is the invocation latency plus the slowest actor, plus a cold start for
 actors beyond the warm pool the simulated cloud has kept so far.
+
+Invocations are pinned to workers by their index in the round (``index % workers``): a warm
+worker's envs are mid-episode, so letting whichever worker frees first take the next call
+would make a round of more actors than workers continue different episodes from run to run.
+Pinned, a seeded run replays exactly at any actor count.
 """
 
 from __future__ import annotations
@@ -93,7 +98,7 @@ class LocalBackend:
                 result = await self.pool.call(
                     self.handler, invocation.event, request_id=invocation.request_id,
                     timeout_s=self.timeout_s, memory_mb=self.memory_mb,
-                    attachment=attachment, attachment_tag=tag,
+                    attachment=attachment, attachment_tag=tag, slot=invocation.index,
                 )
                 break
             except WorkerFailed as exc:

@@ -22,6 +22,7 @@ import signal
 import threading
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -230,9 +231,15 @@ class WorkerPool:
         self._mp = multiprocessing.get_context(method)
         if method == "forkserver" and preload:
             self._mp.set_forkserver_preload(list(preload))
-        #: Idle workers, lowest id first: each keeps its env mid-episode between calls, so a
-        #: fixed choice (not whichever finished last) makes a seeded run replay exactly.
-        self._idle: asyncio.PriorityQueue[tuple[int, _Worker]] = asyncio.PriorityQueue()
+        #: The pool's places: ``_slots[i]`` is the worker serving place i (a replacement takes
+        #: its place). Each keeps its env mid-episode between calls, so which place serves a
+        #: call decides what the call continues: a call that names its place (``slot``) gets
+        #: that one, in the order the calls came, whatever finished first, and a seeded run
+        #: replays exactly however many calls share a place.
+        self._slots: list[_Worker] = []
+        self._free: set[int] = set()
+        #: Calls waiting for a place, oldest first: (the place wanted or None for any, future).
+        self._waiting: deque[tuple[int | None, asyncio.Future[int]]] = deque()
         self._workers: dict[int, _Worker] = {}
         self._next_id = 0
         self._closed = False
@@ -241,8 +248,43 @@ class WorkerPool:
 
     async def start(self) -> None:
         workers = await asyncio.gather(*(asyncio.to_thread(self._spawn) for _ in range(self.size)))
-        for worker in workers:
-            self._idle.put_nowait((worker.id, worker))
+        self._slots = list(workers)
+        self._free = set(range(self.size))
+        self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand free places to waiting calls, oldest first: a call that wants a busy place
+        keeps waiting without holding back calls behind it that can run elsewhere."""
+        still: deque[tuple[int | None, asyncio.Future[int]]] = deque()
+        while self._waiting:
+            wanted, future = self._waiting.popleft()
+            if future.done():
+                continue
+            place = (min(self._free) if self._free else None) if wanted is None else (
+                wanted if wanted in self._free else None)
+            if place is None:
+                still.append((wanted, future))
+                continue
+            self._free.discard(place)
+            future.set_result(place)
+        self._waiting = still
+
+    async def _take(self, slot: int | None, timeout_s: float) -> int:
+        """A free place (``slot`` modulo the pool's size, or the lowest free one), waiting up to
+        ``timeout_s``; raises ``TimeoutError``."""
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._waiting.append((None if slot is None else slot % self.size, future))
+        self._dispatch()
+        try:
+            return await asyncio.wait_for(future, timeout_s)
+        except BaseException:
+            if future.done() and not future.cancelled():
+                self._release(future.result())  # granted as the wait was given up
+            raise
+
+    def _release(self, place: int) -> None:
+        self._free.add(place)
+        self._dispatch()
 
     def _spawn(self) -> _Worker:
         parent, child = self._mp.Pipe(duplex=True)
@@ -261,13 +303,15 @@ class WorkerPool:
         self.started_workers += 1
         return worker
 
-    async def _replace(self, worker: _Worker) -> None:
+    async def _replace(self, place: int) -> None:
+        """Kill the worker at ``place`` and start a fresh one there."""
+        worker = self._slots[place]
         self._workers.pop(worker.id, None)
         await asyncio.to_thread(worker.kill)
         self.killed_workers += 1
         if not self._closed:
-            fresh = await asyncio.to_thread(self._spawn)
-            self._idle.put_nowait((fresh.id, fresh))
+            self._slots[place] = await asyncio.to_thread(self._spawn)
+            self._release(place)
 
     async def call(
         self,
@@ -280,9 +324,12 @@ class WorkerPool:
         memory_mb: int = 0,
         attachment: bytes | None = None,
         attachment_tag: str | None = None,
+        slot: int | None = None,
     ) -> CallResult:
         """Run ``target(event, context)`` in a warm worker; raise ``WorkerFailed`` or
-        ``HandlerError``. ``timeout_s`` covers waiting for a free worker too.
+        ``HandlerError``. ``timeout_s`` covers waiting for a free worker too. ``slot`` pins the
+        call to place ``slot % size`` (calls pinned to one place run in the order they came);
+        without it the call takes the lowest free place, as a platform would any warm one.
 
         Whatever happens, the worker taken for the call goes back to the pool or is replaced
         by a fresh one: a pool that loses workers wedges every later call."""
@@ -291,10 +338,11 @@ class WorkerPool:
         pack_event(event)  # refuse what cannot cross the pipe before it takes a worker
         deadline = time.monotonic() + timeout_s
         try:
-            _, worker = await asyncio.wait_for(self._idle.get(), timeout_s)
+            place = await self._take(slot, timeout_s)
         except TimeoutError:
             raise WorkerFailed("timeout", "no free worker before the deadline",
                                duration_ms=timeout_s * 1000) from None
+        worker = self._slots[place]
         t0 = time.perf_counter()
         reusable = False
         try:
@@ -305,10 +353,10 @@ class WorkerPool:
             if reusable:
                 worker.attachment_tag = attachment_tag
                 worker.calls += 1
-                self._idle.put_nowait((worker.id, worker))
+                self._release(place)
             else:
                 # The pipe may still hold a reply nobody will read: never reuse this worker.
-                await asyncio.shield(self._replace(worker))
+                await asyncio.shield(self._replace(place))
         reply = msgpack.unpackb(raw, raw=False)
         if not reply["ok"]:
             raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []),
@@ -364,6 +412,10 @@ class WorkerPool:
 
     async def close(self) -> None:
         self._closed = True
+        for _, future in self._waiting:
+            if not future.done():
+                future.set_exception(WorkerFailed("closed", "worker pool is closed"))
+        self._waiting.clear()
         workers = list(self._workers.values())
         self._workers.clear()
         for worker in workers:

@@ -77,7 +77,9 @@ PLUGINS = [
            "PPO: clipped surrogate, GAE, value clipping, entropy bonus (CleanRL-style).",
            config=PPO_CONFIG, actor="algos.actor:make_actor_policy"),
     Plugin("local", "actors", "plugins.actors.local:LocalBackend",
-           "Warm worker processes that behave like a serverless platform.", config=LOCAL_CONFIG),
+           "Warm worker processes that behave like a serverless platform; each call is "
+           "pinned to a worker by its index in the round, so seeded runs replay.",
+           config=LOCAL_CONFIG),
     Plugin("memory", "transport", "plugins.transports.memory:MemoryTransport",
            "In-process transport: no server; batches come back with the invocation.",
            config=MEMORY_CONFIG),

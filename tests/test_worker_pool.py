@@ -1,0 +1,92 @@
+"""The warm worker pool's placement: which worker serves a call decides what the call's warm
+envs continue, so pinned calls must land on their place, in order, whatever finishes first."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from plugins.actors.workers import WorkerFailed, WorkerPool
+
+SLEEP = "tests.lambda_handlers:sleep"
+
+
+async def _call(pool: WorkerPool, name: str, seconds: float, slot: int | None,
+                done: list[str], timeout_s: float = 30.0) -> int:
+    result = await pool.call(SLEEP, {"request_id": name, "seconds": seconds},
+                             request_id=name, timeout_s=timeout_s, slot=slot)
+    done.append(name)
+    return result.worker
+
+
+def _with_pool(size: int, body):  # noqa: ANN001, ANN202 - a test helper
+    async def main():  # noqa: ANN202
+        pool = WorkerPool(size, name="test-pool")
+        await pool.start()
+        try:
+            return await body(pool)
+        finally:
+            await pool.close()
+    return asyncio.run(main())
+
+
+def test_pinned_calls_keep_their_place_whatever_finishes_first() -> None:
+    """Four calls on two workers, the first slow: the third waits for the first's worker
+    (its place, 2 % 2 = 0) instead of taking the worker the quick second call freed."""
+    async def body(pool: WorkerPool) -> tuple[list[int], list[str]]:
+        done: list[str] = []
+        tasks = [asyncio.create_task(_call(pool, f"a{i}", 0.4 if i == 0 else 0.0, i, done))
+                 for i in range(4)]
+        return list(await asyncio.gather(*tasks)), done
+
+    workers, done = _with_pool(2, body)
+    assert workers[0] == workers[2] and workers[1] == workers[3]
+    assert workers[0] != workers[1]
+    assert done.index("a2") > done.index("a0")  # in the order the calls came, on place 0
+
+
+def test_an_unpinned_call_is_not_held_behind_one_waiting_for_a_busy_place() -> None:
+    async def body(pool: WorkerPool) -> tuple[list[int], list[str]]:
+        done: list[str] = []
+        slow = asyncio.create_task(_call(pool, "slow", 0.5, 0, done))
+        await asyncio.sleep(0.05)
+        pinned = asyncio.create_task(_call(pool, "pinned", 0.0, 0, done))
+        free = asyncio.create_task(_call(pool, "free", 0.0, None, done))
+        return list(await asyncio.gather(slow, pinned, free)), done
+
+    (slow, pinned, free), done = _with_pool(2, body)
+    assert pinned == slow and free != slow
+    assert done.index("free") < done.index("slow") < done.index("pinned")
+
+
+def test_a_place_whose_worker_is_killed_gets_a_fresh_worker_and_keeps_serving() -> None:
+    async def body(pool: WorkerPool) -> tuple[str, int, int]:
+        done: list[str] = []
+        first = await _call(pool, "warm", 0.0, 1, done)
+        with pytest.raises(WorkerFailed) as failed:
+            await _call(pool, "hung", 5.0, 1, done, timeout_s=0.5)
+        after = await _call(pool, "after", 0.0, 1, done)
+        return failed.value.reason, first, after
+
+    reason, first, after = _with_pool(2, body)
+    assert reason == "timeout"
+    assert after != first  # a new worker in the same place
+
+
+def test_calls_still_waiting_for_a_place_fail_when_the_pool_closes() -> None:
+    async def main() -> str:
+        pool = WorkerPool(1, name="test-pool")
+        await pool.start()
+        done: list[str] = []
+        busy = asyncio.create_task(_call(pool, "busy", 1.0, 0, done))
+        await asyncio.sleep(0.1)
+        waiting = asyncio.create_task(_call(pool, "waiting", 0.0, 0, done))
+        await asyncio.sleep(0.05)
+        await pool.close()
+        await asyncio.gather(busy, return_exceptions=True)
+        with pytest.raises(WorkerFailed) as failed:
+            await waiting
+        return failed.value.reason
+
+    assert asyncio.run(main()) == "closed"
