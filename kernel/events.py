@@ -59,8 +59,9 @@ class InvocationFinished(Event):
     receipt: Receipt
 
     def to_dict(self) -> dict[str, Any]:
-        return {"event": type(self).__name__, "schema": self.schema, "ts": self.ts,
-                "round": self.round, **self.receipt.report()}
+        data = Event.to_dict(self)
+        receipt = data.pop("receipt")
+        return {**data, **receipt.report()}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

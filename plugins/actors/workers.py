@@ -240,7 +240,6 @@ class WorkerPool:
         self._free: set[int] = set()
         #: Calls waiting for a place, oldest first: (the place wanted or None for any, future).
         self._waiting: deque[tuple[int | None, asyncio.Future[int]]] = deque()
-        self._workers: dict[int, _Worker] = {}
         self._next_id = 0
         self._closed = False
         self.started_workers = 0
@@ -260,8 +259,10 @@ class WorkerPool:
             wanted, future = self._waiting.popleft()
             if future.done():
                 continue
-            place = (min(self._free) if self._free else None) if wanted is None else (
-                wanted if wanted in self._free else None)
+            if wanted is None:
+                place = min(self._free, default=None)
+            else:
+                place = wanted if wanted in self._free else None
             if place is None:
                 still.append((wanted, future))
                 continue
@@ -299,15 +300,12 @@ class WorkerPool:
         process.start()
         child.close()
         worker = _Worker(wid, process, parent)
-        self._workers[wid] = worker
         self.started_workers += 1
         return worker
 
     async def _replace(self, place: int) -> None:
         """Kill the worker at ``place`` and start a fresh one there."""
-        worker = self._slots[place]
-        self._workers.pop(worker.id, None)
-        await asyncio.to_thread(worker.kill)
+        await asyncio.to_thread(self._slots[place].kill)
         self.killed_workers += 1
         if not self._closed:
             self._slots[place] = await asyncio.to_thread(self._spawn)
@@ -416,8 +414,7 @@ class WorkerPool:
             if not future.done():
                 future.set_exception(WorkerFailed("closed", "worker pool is closed"))
         self._waiting.clear()
-        workers = list(self._workers.values())
-        self._workers.clear()
+        workers = list(self._slots)
         for worker in workers:
             with contextlib.suppress(Exception):
                 worker.conn.close()
@@ -426,11 +423,11 @@ class WorkerPool:
     def dead_workers(self) -> list[int]:
         """Exit codes of workers that are no longer running (a preload or initializer that
         fails kills its worker before the first call)."""
-        return [w.process.exitcode for w in self._workers.values()
+        return [w.process.exitcode for w in self._slots
                 if w.process.exitcode is not None]
 
     def pids(self) -> list[int]:
-        return [w.process.pid for w in self._workers.values() if w.process.pid]
+        return [w.process.pid for w in self._slots if w.process.pid]
 
 
 def _join_all(workers: list[_Worker]) -> None:
