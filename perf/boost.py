@@ -19,7 +19,7 @@ models, every run a simulated-cloud PPO run (local actors billed as concurrent L
 Durations (``--clock``): ``measured`` bills what this machine took, so a run's dollars depend
 on what else ran beside it; ``model`` bills from the time model fitted on measured runs
 (``perf/boost_budget.py fit``, constants in perf/results/time_model_<task>.json; Walker2d-v5
-takes Hopper's), the same for the same work under any load; ``model_cuda`` keeps that model's
+takes Hopper's, and a task with none is calibrated before its first run), the same for the same work under any load; ``model_cuda`` keeps that model's
 actor seconds (Lambdas run on CPUs) and times the learner and the probe as measured on an H200
 (``perf/gpu_check.py``), the paper's regime of a GPU learner whose update costs about the same at
 any N. Defaults: ``model_cuda`` for the paper protocol, ``model`` for the budget protocol
@@ -228,6 +228,36 @@ def write_plan(plan: dict[str, Any], path: Path) -> Path:
 # -- the experiment ----------------------------------------------------------------------------
 
 
+def prepare(p: Protocol, args: argparse.Namespace, out: Path) -> None:
+    """Check every task before the first run, so a bad one fails before hours of others: a
+    registered gymnasium id, a budget for the budget protocol, and a time model for a modelled
+    clock, which a task not studied yet gets from its calibration runs here (a few minutes,
+    measured, so best on an idle machine; then kept in perf/results/ for every later run)."""
+    import gymnasium as gym
+
+    for task in p.tasks:
+        try:
+            gym.spec(task)
+        except gym.error.Error as exc:
+            raise SweepError(f"task {task!r} is not a registered gymnasium id ({exc})") from None
+        if p.name == "budget" and args.budget is None and task not in BUDGETS:
+            raise SweepError(f"no default budget for {task} (defaults: "
+                             f"{', '.join(BUDGETS)}): pass --budget USD")
+    if args.clock == "measured":
+        return
+    import boost_budget as study
+
+    for task in p.tasks:
+        try:
+            clock_costs(args.clock, task)
+        except SweepError:
+            c.log(f"{task} has no time model: fitting one on its calibration runs first")
+            try:
+                study.calibrate(task, out / "calibration")
+            except (RuntimeError, ValueError) as exc:
+                raise SweepError(f"calibrating {task}'s time model failed: {exc}") from None
+
+
 def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[str, Any]]:
     """Sweep every task x cost model (unless ``--collect``); return every per-seed row."""
     rows: list[dict[str, Any]] = []
@@ -399,6 +429,8 @@ def main() -> int:
                                                    + ("-quick" if args.quick else ""))
     t0 = time.perf_counter()
     try:
+        if not args.collect:
+            prepare(p, args, out)
         rows = run_protocol(p, args, out)
     except SweepError as exc:
         sys.stderr.write(f"boost: {exc}\n")

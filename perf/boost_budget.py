@@ -26,7 +26,8 @@ figures to perf/figures/boost_<task>_<pricing>/ (task in lower case without its 
 Durations are measured here by default, so the rounds a budget buys depend on the machine's
 load; ``--clock model`` bills every run from the time model instead (``cost.time_model``),
 whose constants ``fit`` takes from measured runs and keeps in perf/results/time_model_<task>.json:
-such runs cost the same under any load, and their folders and results end in ``-model``.
+such runs cost the same under any load, and their folders and results end in ``-model``. A
+task without a model gets one first from two calibration runs (``calibrate``).
 ``--clock model_cuda`` keeps that model's actor seconds (Lambdas run on CPUs) and takes the
 learner's and the probe's from perf/gpu_check.py's run on a GPU (perf/results/gpu_check.json);
 its folders and results end in ``-model-cuda``.
@@ -134,6 +135,17 @@ def seeds(text: str) -> list[int]:
 TASKS = ("Hopper-v5", "Walker2d-v5", "Humanoid-v5")
 
 
+def task_id(text: str) -> str:
+    """A gymnasium id that is registered (argparse's check, before any run starts)."""
+    import gymnasium as gym
+
+    try:
+        gym.spec(text)
+    except gym.error.Error as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a registered gymnasium id ({exc})") from None
+    return text
+
+
 def task_slug(task: str) -> str:
     """``Walker2d-v5`` -> ``walker2d``: the task's part of folder and result names."""
     return task.split("-")[0].lower()
@@ -148,7 +160,11 @@ def task_dir(root: Path, task: str, pricing: str, suffix: str = "") -> Path:
 
 
 def model_path(task: str) -> Path:
-    return ROOT / "perf" / "results" / f"time_model_{task_slug(task)}.json"
+    """Where ``task``'s time model is read from: the results folder ``fit`` and ``calibrate``
+    write to (``NITRO_PERF_RESULTS`` or perf/results/), else the published one."""
+    name = f"time_model_{task_slug(task)}.json"
+    written = c.RESULTS / name
+    return written if written.exists() else ROOT / "perf" / "results" / name
 
 
 def fit_events(paths: list[Path], min_count: int = 5) -> dict[str, Any]:
@@ -195,14 +211,17 @@ def constants_markdown(constants: dict[str, float]) -> str:
         f"| `cost.{k}` | {v:.4g} |" for k, v in constants.items())
 
 
+FIT_NOTE = ("Every invocation of the study steps the same 512 env steps, so the fixed part of an "
+            "invocation is folded into its per-step time (model_actor_ms = 0).")
+
+
 def fit(args: argparse.Namespace) -> int:
     """Fit the time model on the task's measured runs (see ``fit_events``)."""
     runs = sorted(task_dir(args.out, args.task, args.pricing).glob("*/seed-*/events.jsonl"))
     fitted = fit_events(runs)
     c.write_result(model_path(args.task).stem, {
         "title": f"Time model for {args.task}, fitted on {len(runs)} measured runs", **fitted,
-        "note": "Every invocation of the study steps the same 512 env steps, so the fixed part of "
-                "an invocation is folded into its per-step time (model_actor_ms = 0).",
+        "note": FIT_NOTE,
         "markdown": constants_markdown(fitted["constants"])})
     print(json.dumps(fitted["constants"], indent=2))
     return 0
@@ -213,9 +232,9 @@ def clock_sets(args: argparse.Namespace) -> list[str]:
         return []
     task = args.model_task or args.task
     path = model_path(task)
-    if not path.exists():
-        raise SystemExit(f"{path} is missing: fit the time model first "
-                         f"(boost_budget.py fit --task {task} --out RUNS)")
+    if not path.exists():  # a task not studied yet: its calibration runs first
+        c.log(f"{path.name} is missing: calibrating {task}'s time model first")
+        path = calibrate(task, args.out / "calibration")
     constants = json.loads(path.read_text())["constants"]
     if args.clock == "model_cuda":
         constants = {**constants, **cuda_learner_constants(task, args.minibatches)}
@@ -264,23 +283,60 @@ CLOCK_TITLES = {"measured": "", "model": ", durations from the time model",
                 "model_cuda": ", durations from the time model with the learner on a GPU"}
 
 
+def run_one(task: str, pricing: str, budget: float, name: str, seed: int, out: Path,
+            sets: list[str]) -> int:
+    """One run of setting ``name`` into ``out`` (skipped when it finished before); its exit."""
+    if (out / "summary.json").exists():
+        return 0
+    sets = [f"run.seed={seed}", f"stop.budget_usd={budget}", f'cost.learner="{pricing}"',
+            f'env.id="{task}"', *sets, *SETTINGS[name]]
+    cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out), "--force",
+           *[a for s in sets for a in ("--set", s)]]
+    t0 = time.perf_counter()
+    done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    c.log(f"{task} {name} seed {seed}: exit {done.returncode} in "
+          f"{time.perf_counter() - t0:.0f} s")
+    if done.returncode != 0:
+        c.log(done.stderr.strip().splitlines()[-1] if done.stderr.strip() else "(no stderr)")
+    return done.returncode
+
+
 def run(args: argparse.Namespace) -> int:
     names = args.settings or list(SETTINGS)
     for seed in seeds(args.seeds):
         for name in names:
             out = task_dir(args.out, args.task, args.pricing, variant(args)) / name / f"seed-{seed}"
-            if (out / "summary.json").exists():
-                continue
-            sets = [f"run.seed={seed}", f"stop.budget_usd={args.budget}",
-                    f'cost.learner="{args.pricing}"', f'env.id="{args.task}"', *common_sets(args),
-                    *clock_sets(args), *SETTINGS[name]]
-            cmd = [sys.executable, "-m", "kernel", "run", str(PLAN), "--out", str(out),
-                   "--force", *[a for s in sets for a in ("--set", s)]]
-            t0 = time.perf_counter()
-            done = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-            c.log(f"{args.task} {name} seed {seed}: exit {done.returncode} in "
-                  f"{time.perf_counter() - t0:.0f} s")
+            run_one(args.task, args.pricing, args.budget, name, seed, out,
+                    [*common_sets(args), *clock_sets(args)])
     return 0
+
+
+#: The calibration of a new task's time model: the two no-boost runs ``fit`` reads, measured
+#: (not modelled), each a fixed number of rounds rather than a budget, so a busy machine
+#: slows them without leaving the fit fewer than its five updates of each size.
+CALIBRATION = ("probe_n2", "probe_n16")
+CALIBRATION_ROUNDS = 20
+CALIBRATION_UNBOUNDED_USD = 100.0  # far above what 20 rounds cost: the rounds end the run
+
+
+def calibrate(task: str, out: Path) -> Path:
+    """Fit ``task``'s time model on its calibration runs, making them first where they are
+    missing (a few minutes; on a machine doing nothing else, as their durations are the
+    model), and write it where ``model_path`` finds it."""
+    runs = []
+    for name in CALIBRATION:
+        run_dir = task_dir(out, task, "gpu") / name / "seed-1"
+        code = run_one(task, "gpu", CALIBRATION_UNBOUNDED_USD, name, 1, run_dir,
+                       [f"stop.max_rounds={CALIBRATION_ROUNDS}", *MINIBATCHES["size"], *COMMON])
+        if code != 0:
+            raise RuntimeError(f"the calibration run {run_dir} of {task} failed (exit {code})")
+        runs.append(run_dir / "events.jsonl")
+    fitted = fit_events(runs)
+    path = c.write_result(f"time_model_{task_slug(task)}", {
+        "title": f"Time model for {task}, fitted on its {len(runs)} calibration runs",
+        **fitted, "note": FIT_NOTE, "markdown": constants_markdown(fitted["constants"])})
+    c.log(f"{task}: time model fitted on {runs} -> {path}")
+    return path
 
 
 def _slim(event: dict) -> dict | None:
@@ -522,7 +578,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "store", "collect", "fit", "doctable",
                                            "pooled"))
-    parser.add_argument("--task", choices=TASKS, default="Hopper-v5")
+    parser.add_argument("--task", type=task_id, default="Hopper-v5",
+                        help=f"a gymnasium id (the paper's: {', '.join(TASKS)})")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
                         help="the learner's instance price (cost.learner)")
     parser.add_argument("--clock", choices=tuple(CLOCK_TITLES), default="measured",
@@ -532,7 +589,7 @@ def main() -> int:
     parser.add_argument("--minibatches", choices=tuple(MINIBATCHES), default="size",
                         help="size: minibatches of 256 samples (more SGD steps for a bigger "
                              "round); count: the plan's 32 whatever the batch (the paper's regime)")
-    parser.add_argument("--model-task", choices=TASKS,
+    parser.add_argument("--model-task", type=task_id,
                         help="take the time model fitted on this task (default: --task)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
     parser.add_argument("--seeds", default="1-5")

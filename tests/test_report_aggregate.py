@@ -229,6 +229,61 @@ def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) 
     assert "| nitro | 3 | +50.0 [+50.0, +50.0]" in text
 
 
+def test_boost_checks_every_task_before_the_first_run(tmp_path: Path) -> None:
+    """A task the protocol cannot run fails before any run starts, naming what is missing, so a
+    sweep over several tasks does not stop hours in at the last one."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    def prepare(protocol: boost.Protocol, **kw: Any) -> None:
+        args = argparse.Namespace(**{"budget": None, "clock": "measured", **kw})
+        boost.prepare(protocol, args, tmp_path)
+
+    budget = boost.replace(boost.BUDGET, tasks=("Hopper-v5", "HalfCheetah-v5"))
+    with pytest.raises(boost.SweepError, match="no default budget for HalfCheetah-v5"):
+        prepare(budget)
+    prepare(budget, budget=0.01)  # a budget given on the command line covers every task
+    with pytest.raises(boost.SweepError, match="'Hoper-v5' is not a registered gymnasium id"):
+        prepare(boost.replace(boost.PAPER, tasks=("Hopper-v5", "Hoper-v5")))
+    assert not any(tmp_path.iterdir())  # nothing ran
+
+
+def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A modelled clock on a task not studied yet: two real calibration runs (no-boost at 2 and
+    16 actors, measured), a fit, and every run of the protocol billed by that model. The runs
+    are cut from 20 rounds to 6 (the fit's least: five updates of each size, plus round 1)."""
+    import argparse
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+    import boost_budget
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(boost_budget, "CALIBRATION_ROUNDS", 6)
+    task = "InvertedPendulum-v5"
+    with pytest.raises(boost.SweepError, match=f"no time model for {task}"):
+        boost.clock_costs("model", task)
+    paper = boost.replace(boost.PAPER, tasks=(task,))
+    boost.prepare(paper, argparse.Namespace(budget=None, clock="model"), tmp_path / "runs")
+    fitted = json.loads((tmp_path / "results" / "time_model_invertedpendulum.json").read_text())
+    assert fitted["runs"] == 2 and fitted["updates"] == 12 and fitted["probes"] == 12
+    assert sorted(p.parent.parent.name for p in
+                  (tmp_path / "runs" / "calibration").rglob("summary.json")) == \
+        ["probe_n16", "probe_n2"]
+    cost = boost.clock_costs("model", task)
+    assert cost["time_model"] == "model"
+    assert cost["model_actor_ms_per_step"] > 0 and cost["model_learner_s_per_step"] > 0
+    plan = boost.base_plan(paper, task, "aws-gpu", None, "sync", 1, "model")
+    assert plan["cost"]["model_probe_s_per_sample_step"] == \
+        fitted["constants"]["model_probe_s_per_sample_step"]
+
+
 def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> None:
     """A runs folder made with other options is refused before its plan is touched, so the
     kept runs stay beside the plan they were made from and resume with the right options."""
