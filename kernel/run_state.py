@@ -9,6 +9,7 @@ so the scaler's cap and the stop rule can never disagree.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -203,7 +204,8 @@ class StopRules:
 def summary_of(s: RunState, *, run_id: str, name: str, reason: str, wall_s: float,
                dropped_events: int, extra: dict[str, Any]) -> dict[str, Any]:
     """What ``summary.json`` says of a run: how it ended, what it trained and spent, and
-    every counter (the plugins' own in ``extra``)."""
+    every counter, so a counter added to ``Counters`` is reported without a second list (the
+    plugins' own in ``extra``)."""
     c = s.counters
     return {
         "run_id": run_id,
@@ -217,20 +219,7 @@ def summary_of(s: RunState, *, run_id: str, name: str, reason: str, wall_s: floa
         "sim_time_s": s.sim_time_s,
         "cost_usd": s.cost_usd,
         "actors_per_round": s.actors_per_round,
-        "invocations": c.invocations,
-        "invocation_errors": c.invocation_errors,
-        "invocation_timeouts": c.invocation_timeouts,
-        "throttles": c.throttles,
-        "retries": c.retries,
-        "cold_starts": c.cold_starts,
-        "rejected_payloads": c.rejected_payloads,
-        "rejected_reasons": c.rejected_reasons,
-        "stale_batches": c.stale_batches,
-        "duplicate_batches": c.duplicate_batches,
-        "lost_batches": c.lost_batches,
-        "invocations_cancelled": c.invocations_cancelled,
-        "sampled_env_steps": c.sampled_env_steps,
-        "trained_env_steps": c.trained_env_steps,
+        **dataclasses.asdict(c),
         "trained_fraction": c.trained_fraction(),
         "dropped_events": dropped_events,
         **extra,
