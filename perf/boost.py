@@ -451,13 +451,55 @@ def main() -> int:
         "wall_s": round(time.perf_counter() - t0, 1),
         "rows": rows,
     }
-    data["markdown"] = render(data)
     published = not args.quick or "NITRO_PERF_RESULTS" in os.environ
     results = c.RESULTS if published else out / "results"
-    path = c.write_result(f"boost_{p.name}{suffix}", data, results=results)
+    name = f"boost_{p.name}{suffix}"
+    data = merged_with_stored(results / f"{name}.json", data)
+    data["markdown"] = render(data)
+    path = c.write_result(name, data, results=results)
     print(data["markdown"])
-    print(f"\nwrote {path} ({len(rows)} runs, {data['wall_s']:.0f} s)")
+    print(f"\nwrote {path} ({len(data['rows'])} runs, {len(rows)} from this command, "
+          f"{data['wall_s']:.0f} s)")
     return 0
+
+
+#: What makes two results of one protocol comparable: its scale, mode and clock (not which
+#: tasks, settings, seeds or cost models a command ran).
+SCALE_KEYS = ("rounds", "start_actors", "min_actors", "max_actors", "steps_per_actor",
+              "eval_every", "eval_episodes")
+
+
+def row_key(row: dict[str, Any]) -> tuple[Any, ...]:
+    return row["task"], row["cost"], row["setting"], row["seed"]
+
+
+def merged_with_stored(path: Path, data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with the rows of the stored result that this command did not remake, so a
+    command that runs one task, setting or seed adds to the protocol's results instead of
+    replacing them. A stored result of another scale, mode or clock is not mixed in: it is
+    kept beside, renamed with its date, and the new result starts afresh."""
+    if not path.exists():
+        return data
+    old = json.loads(path.read_text(encoding="utf-8"))
+
+    def scale(d: dict[str, Any]) -> tuple[Any, ...]:
+        p = d.get("protocol", {})
+        return (*(p.get(k) for k in SCALE_KEYS), d.get("mode"), d.get("clock"))
+
+    if scale(old) != scale(data):
+        kept = path.with_name(f"{path.stem}.replaced-{old.get('when', 'earlier')}.json"
+                              .replace(" ", "_").replace(":", ""))
+        path.replace(kept)
+        c.log(f"{path.name} held another scale, mode or clock: kept as {kept.name}")
+        return data
+    made = {row_key(r) for r in data["rows"]}
+    carried = [r for r in old.get("rows", []) if row_key(r) not in made]
+    if not carried:
+        return data
+    c.log(f"kept {len(carried)} rows of {path.name} that this command did not remake")
+    return {**data, "rows": carried + data["rows"],
+            "budgets": {**old.get("budgets", {}), **data.get("budgets", {})},
+            "carried_over": sorted({f"{r['task']} {r['setting']}" for r in carried})}
 
 
 def protocol_from(args: argparse.Namespace) -> Protocol:

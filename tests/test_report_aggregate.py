@@ -284,6 +284,42 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
         fitted["constants"]["model_probe_s_per_sample_step"]
 
 
+def test_boost_adds_to_its_stored_result_and_never_drops_rows(tmp_path: Path) -> None:
+    """A command that runs one task or setting keeps the stored rows it did not remake; a
+    stored result of another scale is kept aside rather than mixed with the new rows."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost
+
+    def row(task: str, setting: str, seed: int, value: float) -> dict[str, Any]:
+        return {"task": task, "cost": "aws-gpu", "setting": setting, "seed": seed,
+                "final_eval_return": value}
+
+    def result(rows: list[dict[str, Any]], **protocol: Any) -> dict[str, Any]:
+        return {"protocol": {**vars(boost.PAPER), **protocol}, "mode": "sync",
+                "clock": "model_cuda", "budgets": {}, "rows": rows}
+
+    path = tmp_path / "boost_paper_model_cuda.json"
+    stored = [row("Hopper-v5", "nitro", 1, 10.0), row("Hopper-v5", "fixed16", 1, 20.0),
+              row("Walker2d-v5", "nitro", 1, 30.0)]
+    path.write_text(json.dumps(result(stored)))
+    merged = boost.merged_with_stored(path, result([row("Hopper-v5", "nitro", 1, 11.0),
+                                                    row("Hopper-v5", "nitro", 2, 12.0)]))
+    got = {boost.row_key(r): r["final_eval_return"] for r in merged["rows"]}
+    assert got == {("Hopper-v5", "aws-gpu", "nitro", 1): 11.0,  # remade: the new value
+                   ("Hopper-v5", "aws-gpu", "nitro", 2): 12.0,
+                   ("Hopper-v5", "aws-gpu", "fixed16", 1): 20.0,  # not remade: kept
+                   ("Walker2d-v5", "aws-gpu", "nitro", 1): 30.0}
+    assert merged["carried_over"] == ["Hopper-v5 fixed16", "Walker2d-v5 nitro"]
+
+    other = result([row("Hopper-v5", "nitro", 1, 5.0)], rounds=30)
+    assert boost.merged_with_stored(path, other) == other  # another scale: not mixed in
+    assert not path.exists()
+    (aside,) = tmp_path.glob("boost_paper_model_cuda.replaced-*.json")
+    assert json.loads(aside.read_text())["rows"] == stored
+
+
 def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> None:
     """A runs folder made with other options is refused before its plan is touched, so the
     kept runs stay beside the plan they were made from and resume with the right options."""
