@@ -381,9 +381,12 @@ class Intake:
             self.on_settled()
 
     async def close(self) -> list[Receipt]:
-        """Cancel what is still in flight (billed as cancelled) and the pending transport read."""
+        """Cancel what is still in flight (billed as cancelled) and the pending transport read;
+        the receipts to charge: the cancelled ones, and those of invocations that finished
+        after the last round took its receipts (a fan-out started ahead of a round that never
+        ran), which AWS billed as any other."""
         self.closing = True
-        receipts = await self.cancel()
+        receipts = self.receipts_for(set(), self.drain()[0]) + await self.cancel()
         if self._batch_task is not None:
             self._batch_task.cancel()
             with contextlib.suppress(BaseException):

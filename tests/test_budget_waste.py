@@ -59,6 +59,41 @@ def test_a_budget_stop_wastes_no_invocation_and_spends_the_budget(
     assert charged == pytest.approx(summary["cost_usd"])
 
 
+@pytest.mark.parametrize("mode", ["sync", "pipelined", "async"])
+def test_every_invocation_is_charged_once_when_the_target_ends_the_run(
+        tmp_path: Path, mode: str) -> None:
+    """The target return cannot be foreseen, so an overlapped run that reaches it has a
+    fan-out started for a round that never runs: those invocations, finished or still in
+    flight, are billed at the stop like any other, and no receipt is charged twice."""
+    plan = _plan(mode)
+    plan["stop"] = {"max_rounds": 50, "target_return": 1.0}  # any CartPole evaluation
+    plan["probes"] = [{"name": "eval", "every": 3, "episodes": 10}]
+    charged: list[str] = []
+
+    async def run() -> dict:
+        engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
+        async with engine:
+            cost = engine._roles.cost.plugin
+            charge = cost.charge
+
+            def counting(record: RoundRecord, receipts: list) -> dict[str, float]:
+                charged.extend(r.request_id for r in receipts)
+                return charge(record, receipts)
+
+            cost.charge = counting
+            return await engine.run()
+
+    summary = asyncio.run(run())
+    events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
+    invoked = [e["request_id"] for e in events if e["event"] == "InvocationFinished"]
+    assert summary["stop_reason"] == "target_return" and summary["rounds"] == 3, summary
+    assert len(invoked) == summary["invocations"]
+    assert sorted(charged) == sorted(set(invoked)), (len(charged), len(invoked))
+    if mode != "sync":  # the round started ahead never ran
+        assert summary["invocations"] > sum(e["batches"] for e in events
+                                            if e["event"] == "RoundFinished")
+
+
 class _RisingEstimate:
     """A cost model that, like the aws model, estimates a round as the dearest round so far
     times a margin, so a round dearer than those before it raises the next estimate."""
