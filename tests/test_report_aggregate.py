@@ -284,6 +284,46 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
         fitted["constants"]["model_probe_s_per_sample_step"]
 
 
+def test_a_calibration_fits_probe_sizes_that_each_occur_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's samples x Lanczos steps vary with how fast each round's Lanczos converges,
+    so two short calibration runs (Ant-v5's did) may see every size once: the fit takes them,
+    and recovers the seconds they were made from."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost_budget
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+
+    def run_one(task: str, pricing: str, budget: float, name: str, seed: int, run_dir: Path,
+                sets: list[str]) -> int:
+        actors = 2 if name == "probe_n2" else 16
+        events = []
+        for r in range(1, 11):
+            steps = actors * 512
+            events.append({"event": "InvocationFinished", "ok": True, "env_steps": 512,
+                           "duration_ms": 512 * 0.2})
+            events.append({"event": "RoundFinished", "round_env_steps": steps,
+                           "learner_s": 0.01 + 6e-5 * steps})
+            lanczos = 20 + 3 * r + actors  # a size of its own every round
+            events.append({"event": "ProbeMeasured", "probe": "hessian",
+                           "values": {"hessian_samples": 1024, "lanczos_steps": lanczos},
+                           "probe_s": 0.005 + 3e-6 * 1024 * lanczos})
+        run_dir.mkdir(parents=True)
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        return 0
+
+    monkeypatch.setattr(boost_budget, "run_one", run_one)
+    path = boost_budget.calibrate("Ant-v5", tmp_path / "runs")
+    constants = json.loads(path.read_text())["constants"]
+    assert constants["model_probe_s_per_sample_step"] == pytest.approx(3e-6)
+    assert constants["model_probe_s"] == pytest.approx(0.005)
+    assert constants["model_learner_s_per_step"] == pytest.approx(6e-5)
+    assert constants["model_actor_ms_per_step"] == pytest.approx(0.2)
+
+
 def test_boost_adds_to_its_stored_result_and_never_drops_rows(tmp_path: Path) -> None:
     """A command that runs one task or setting keeps the stored rows it did not remake; a
     stored result of another scale is kept aside rather than mixed with the new rows."""
