@@ -26,6 +26,7 @@ class NetConfig(Protocol):
     learning_rate: float
     hidden_sizes: tuple[int, ...]
     activation: str
+    cnn_dtype: str
 
 
 def set_learning_rate(optimizer: optim.Optimizer, lr: float, anneal: bool, progress: float
@@ -45,7 +46,8 @@ class LearnerCore:
         self.spaces = spaces
         self.config = config
         self.device = torch.device(device)
-        self.model = ActorCritic(spaces, config.hidden_sizes, config.activation).to(self.device)
+        self.model = ActorCritic(spaces, config.hidden_sizes, config.activation,
+                                 config.cnn_dtype).to(self.device)
         #: One buffer for every weight and one for every gradient (see `algos.flat`).
         self.flat = FlatParameters(self.model)
         self.optimizer = self.make_optimizer()

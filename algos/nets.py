@@ -23,6 +23,9 @@ _HALF_LOG_2PI = 0.5 * float(np.log(2 * np.pi))
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
+#: The Nature-CNN trunk's compute dtypes: float32 as built, or bfloat16 under autocast.
+COMPUTE_DTYPES: dict[str, torch.dtype | None] = {"float32": None, "bfloat16": torch.bfloat16}
+
 
 _skip_init = contextvars.ContextVar("skip_init", default=False)
 
@@ -68,10 +71,21 @@ class NatureCNN(nn.Module):
     NCHW layout; the weights keep their own layout, so the flat parameter buffer is unchanged.
     Reordering the uint8 frames before the division moves a quarter of the bytes, and the
     division casts to float32 in the same pass.
+
+    ``compute_dtype="bfloat16"`` runs the trunk under autocast: on a CPU with AMX (Intel
+    Sapphire Rapids and later) oneDNN's bfloat16 convolutions make a whole update about five
+    times faster than float32; on a CPU without native bfloat16 it is emulated and slower. The
+    weights, their gradients and everything after the trunk (heads, losses, the optimiser)
+    stay float32; only the trunk's products round to bfloat16's 8-bit mantissa.
     """
 
-    def __init__(self, in_channels: int = 4, frame_hw: Sequence[int] = (84, 84)):
+    def __init__(self, in_channels: int = 4, frame_hw: Sequence[int] = (84, 84),
+                 compute_dtype: str = "float32"):
         super().__init__()
+        if compute_dtype not in COMPUTE_DTYPES:
+            raise ValueError(f"compute_dtype must be one of {sorted(COMPUTE_DTYPES)}, "
+                             f"not {compute_dtype!r}")
+        self.autocast_dtype = COMPUTE_DTYPES[compute_dtype]
         self.convs = nn.Sequential(
             layer_init(nn.Conv2d(in_channels, 32, 8, stride=4)),
             nn.ReLU(),
@@ -86,7 +100,14 @@ class NatureCNN(nn.Module):
         self.fc = nn.Sequential(layer_init(nn.Linear(n_flat, 512)), nn.ReLU())
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc(self.convs(x.contiguous(memory_format=torch.channels_last) / 255.0))
+        x = x.contiguous(memory_format=torch.channels_last)
+        if self.autocast_dtype is None:
+            return self.fc(self.convs(x / 255.0))
+        # Pixels 0-255 are exact in bfloat16: scaling after the cast rounds once, as autocast
+        # would, and moves half the bytes of a float32 intermediate.
+        x = x.to(self.autocast_dtype).mul_(1.0 / 255.0)
+        with torch.autocast(x.device.type, dtype=self.autocast_dtype):
+            return self.fc(self.convs(x)).float()
 
 
 class ActorCritic(nn.Module):
@@ -102,6 +123,7 @@ class ActorCritic(nn.Module):
         spaces: dict[str, Any],
         hidden_sizes: Sequence[int] = (64, 64),
         activation: str = "tanh",
+        cnn_dtype: str = "float32",
     ):
         super().__init__()
         obs_shape = tuple(spaces["obs_shape"])
@@ -111,7 +133,7 @@ class ActorCritic(nn.Module):
         out_dim = int(action["n"]) if self.discrete else int(np.prod(action["shape"]))
 
         if self.pixels:
-            self.trunk: nn.Module = NatureCNN(obs_shape[0], obs_shape[1:])
+            self.trunk: nn.Module = NatureCNN(obs_shape[0], obs_shape[1:], cnn_dtype)
             self.actor: nn.Module = layer_init(nn.Linear(512, out_dim), std=0.01)
             self.critic: nn.Module = layer_init(nn.Linear(512, 1), std=1.0)
         else:

@@ -13,6 +13,9 @@ with one pass. Thread counts: ``2`` is what the learner picks today for pixels o
 (every core), ``1`` is what the Atari plans set (``run.torch_threads``) because actors share
 the cores.
 
+On a CPU with native bfloat16 (AMX or AVX512-BF16) the ``today-bf16`` rows add today's code
+with ``algo.cnn_dtype = "bfloat16"``: the Nature-CNN trunk under autocast, the rest float32.
+
     .venv/bin/python perf/learner_bench.py            # 5 repeats, raw rows in perf/results/
     .venv/bin/python perf/learner_bench.py --quick    # 2 repeats, APPO only
 """
@@ -67,15 +70,31 @@ def pong_rollout(steps: int, envs: int, seed: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def make_core(package: str, algo: str) -> Any:
-    """An APPO (the Pong plan's settings) or IMPALA core of ``package`` (algos or algos_base)."""
+def make_core(package: str, algo: str, **extra: Any) -> Any:
+    """An APPO (the Pong plan's settings) or IMPALA core of ``package`` (algos or algos_base);
+    ``extra`` config fields only today's code has (``cnn_dtype``)."""
     import torch
 
     torch.manual_seed(0)
     module = importlib.import_module(f"{package}.{algo}")
     if algo == "appo":
-        return module.APPO(SPACES, module.APPOConfig(learning_rate=2.5e-4, clip_coef=0.1))
-    return module.IMPALA(SPACES, module.IMPALAConfig(learning_rate=2.5e-4))
+        return module.APPO(SPACES, module.APPOConfig(learning_rate=2.5e-4, clip_coef=0.1,
+                                                     **extra))
+    return module.IMPALA(SPACES, module.IMPALAConfig(learning_rate=2.5e-4, **extra))
+
+
+def native_bfloat16() -> bool:
+    """Whether this CPU computes bfloat16 itself (AMX or AVX512-BF16); elsewhere oneDNN
+    emulates it, slower than float32, so the ``today-bf16`` rows are left out by default."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="utf-8")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("amx_bf16", "avx512_bf16"))
+
+
+#: The code variants: the frozen baseline, today's code, and today's with a bfloat16 trunk.
+CODES = {"baseline": {}, "today": {}, "today-bf16": {"cnn_dtype": "bfloat16"}}
 
 
 def main() -> None:
@@ -86,6 +105,9 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=8)
     parser.add_argument("--threads", default="2,1", help="torch thread counts to measure")
     parser.add_argument("--algos", default="appo,impala")
+    parser.add_argument("--bf16", choices=("auto", "on", "off"), default="auto",
+                        help="measure today's code with algo.cnn_dtype = bfloat16 too (auto: "
+                        "where the CPU has native bfloat16)")
     parser.add_argument("--quick", action="store_true", help="2 repeats, APPO only")
     parser.add_argument("--out", type=Path, default=None, help="results folder")
     args = parser.parse_args()
@@ -99,9 +121,12 @@ def main() -> None:
     rollout = pong_rollout(args.steps, args.envs)
     frames = args.steps * args.envs
     threads = [int(t) for t in args.threads.split(",")]
-    variants = [(algo, code, t) for algo in args.algos.split(",")
-                for code in ("baseline", "today") for t in threads]
-    cores = {(algo, code): make_core(base if code == "baseline" else "algos", algo)
+    bf16 = args.bf16 == "on" or (args.bf16 == "auto" and native_bfloat16())
+    codes = [code for code in CODES if bf16 or code != "today-bf16"]
+    variants = [(algo, code, t) for algo in args.algos.split(",") for code in codes
+                for t in threads]
+    cores = {(algo, code): make_core(base if code == "baseline" else "algos", algo,
+                                     **CODES[code])
              for algo, code, _ in variants}
     c.log(f"warming up {len(cores)} cores")
     for core in cores.values():
@@ -126,6 +151,7 @@ def main() -> None:
     c.write_result("learner_bench", {
         "title": "Nature-CNN learner frames/s against the pre-speed-up code (issue 18)",
         "baseline": args.baseline, "frames_per_update": frames, "repeats": args.repeats,
+        "native_bfloat16": native_bfloat16(),
         "rows": rows, "medians": summary["medians"], "markdown": "\n".join(summary["lines"]),
     }, args.out)
 
@@ -142,13 +168,13 @@ def summarise(rows: list[dict[str, Any]], threads: list[int]) -> dict[str, Any]:
         medians[key] = statistics.median(
             r["frames_per_s"] for r in rows
             if r["algo"] == algo and r["code"] == code and r["threads"] == int(t))
-    lines = [f"{'algo':<7}{'code':<10}{'threads':>8}{'frames/s':>10}{'x default':>11}"
+    lines = [f"{'algo':<7}{'code':<12}{'threads':>8}{'frames/s':>10}{'x default':>11}"
              f"{'x same threads':>16}"]
     for key, fps in medians.items():
         algo, code, t = key.split("/")
         default = medians[f"{algo}/baseline/{threads[0]}"]
         same = medians[f"{algo}/baseline/{t}"]
-        lines.append(f"{algo:<7}{code:<10}{t:>8}{fps:>10,.0f}{fps / default:>10.2f}x"
+        lines.append(f"{algo:<7}{code:<12}{t:>8}{fps:>10,.0f}{fps / default:>10.2f}x"
                      f"{fps / same:>15.2f}x")
     return {"medians": medians, "lines": lines}
 
