@@ -73,10 +73,11 @@ class NatureCNN(nn.Module):
     division casts to float32 in the same pass.
 
     ``compute_dtype="bfloat16"`` runs the trunk under autocast: on a CPU with AMX (Intel
-    Sapphire Rapids and later) oneDNN's bfloat16 convolutions make a whole update about five
-    times faster than float32; on a CPU without native bfloat16 it is emulated and slower. The
-    weights, their gradients and everything after the trunk (heads, losses, the optimiser)
-    stay float32; only the trunk's products round to bfloat16's 8-bit mantissa.
+    Sapphire Rapids and later) oneDNN's bfloat16 convolutions make a whole APPO or IMPALA
+    update two to three times faster than float32; on a CPU without native bfloat16 it is
+    emulated and slower. The weights, their gradients and everything after the trunk (heads,
+    losses, the optimiser) stay float32; only the trunk's products round to bfloat16's 8-bit
+    mantissa.
     """
 
     def __init__(self, in_channels: int = 4, frame_hw: Sequence[int] = (84, 84),

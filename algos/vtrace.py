@@ -102,7 +102,7 @@ class VTraceConfig:
     activation: str = "tanh"
     """activation of the MLPs ("tanh" or "relu")"""
     cnn_dtype: str = "float32"
-    """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: about 5x
+    """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: 2-3x
     faster updates on a CPU with AMX, emulated and slower on one without)"""
     adam_eps: float = 1e-5
     """Adam's epsilon"""

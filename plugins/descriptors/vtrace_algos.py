@@ -27,7 +27,7 @@ _COMMON = {
     "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
     "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
     "cnn_dtype": Field("str", "float32", "Compute dtype of the Nature-CNN trunk: bfloat16 "
-                       "(autocast) makes updates ~5x faster on a CPU with AMX and slower on one "
+                       "(autocast) makes updates 2-3x faster on a CPU with AMX and slower on one "
                        "without; weights, heads, losses and actors stay float32.",
                        choices=("float32", "bfloat16")),
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
