@@ -26,7 +26,6 @@ class NetConfig(Protocol):
     learning_rate: float
     hidden_sizes: tuple[int, ...]
     activation: str
-    cnn_dtype: str
 
 
 def set_learning_rate(optimizer: optim.Optimizer, lr: float, anneal: bool, progress: float
@@ -46,8 +45,11 @@ class LearnerCore:
         self.spaces = spaces
         self.config = config
         self.device = torch.device(device)
+        # A config without the field (an algorithm of a user's, written before it) keeps
+        # the trunk in float32.
+        cnn_dtype = getattr(config, "cnn_dtype", "float32")
         self.model = ActorCritic(spaces, config.hidden_sizes, config.activation,
-                                 config.cnn_dtype).to(self.device)
+                                 cnn_dtype).to(self.device)
         #: One buffer for every weight and one for every gradient (see `algos.flat`).
         self.flat = FlatParameters(self.model)
         self.optimizer = self.make_optimizer()
