@@ -183,13 +183,23 @@ class Intake:
 
     async def cancel(self, request_ids: set[str] | None = None) -> list[Receipt]:
         """Give up on invocations in flight (all, or those of ``request_ids``). On AWS they
-        run on and are billed, so each gets a receipt marked ``cancelled`` for the cost model."""
+        run on and are billed, so each gets a receipt marked ``cancelled`` for the cost model.
+
+        A task that has already finished but whose done-callback has not run yet (callbacks
+        run on the loop's next turn) is not in flight: it is settled here with its own receipt,
+        never a second, cancelled one — that would bill the invocation twice."""
+        for task in [t for t in self.tasks if t.done()]:
+            self._done(task)
         now = time.monotonic()
         chosen = [(t, inv, t0) for t, (inv, t0) in self.tasks.items()
                   if request_ids is None or inv.request_id in request_ids]
+        for task, _, _ in chosen:
+            task.cancel()
+        await asyncio.gather(*(t for t, _, _ in chosen), return_exceptions=True)
         receipts = []
         for task, inv, started in chosen:
-            task.cancel()
+            if not task.cancelled():  # it finished before the cancel landed: _done has it
+                continue
             self.pending.pop(inv.request_id, None)
             self._versions.pop(inv.request_id, None)
             receipt = Receipt(request_id=inv.request_id, ok=False, version=inv.version,
@@ -197,7 +207,6 @@ class Intake:
                               cancelled=True)
             receipts.append(receipt)
             self.publish(ev.InvocationFinished(round=inv.round, receipt=receipt))
-        await asyncio.gather(*(t for t, _, _ in chosen), return_exceptions=True)
         self.state.counters.invocations_cancelled += len(receipts)
         return receipts
 
@@ -386,7 +395,8 @@ class Intake:
         after the last round took its receipts (a fan-out started ahead of a round that never
         ran), which AWS billed as any other."""
         self.closing = True
-        receipts = self.receipts_for(set(), self.drain()[0]) + await self.cancel()
+        cancelled = await self.cancel()
+        receipts = self.receipts_for(set(), self.drain()[0] + cancelled)
         if self._batch_task is not None:
             self._batch_task.cancel()
             with contextlib.suppress(BaseException):

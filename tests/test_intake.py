@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 
 from kernel import codec
+from kernel import events as ev
 from kernel.acceptance import BatchRejected, check_envelope
 from kernel.intake import Intake
+from kernel.roles import Receipt
 from kernel.run_state import RunState
 
 
@@ -108,3 +110,52 @@ def test_wrong_version_run_or_request_is_dropped_as_stale(changes: dict[str, Any
     asyncio.run(intake.accept(1, 1, ("m", codec.encode("batch", body(**changes))), batches, [],
                               max_lag=0))
     assert batches == {} and getattr(state.counters, counter) == 1
+
+
+class _QuickActors:
+    async def invoke(self, invocation: Any) -> Receipt:
+        return Receipt(request_id=invocation.request_id, ok=True, version=invocation.version,
+                       duration_ms=3.0, billed_ms=3)
+
+
+class _NoTransport:
+    def public_spec(self) -> dict[str, Any]:
+        return {}
+
+
+class _FleetRoles:
+    actors = _QuickActors()
+    transport = _NoTransport()
+    env_spec: dict[str, Any] = {}
+
+
+@pytest.mark.parametrize("how", ["close", "cancel"])
+def test_an_invocation_that_finished_just_before_the_stop_is_billed_once(how: str) -> None:
+    """An invocation's done-callback runs a loop turn after it returns: a stop (or a gather's
+    give-up) that lands in between must find it finished, with its own receipt, and not bill it
+    a second time as cancelled."""
+    plan = {"run": {"seed": 1}, "actors": {"steps": 8, "deadline_s": 1.0},
+            "checkpoint": {"every": 0, "exact_resume": False}}
+    finished: list[Receipt] = []
+    stops: list[asyncio.Task[list[Receipt]]] = []
+
+    async def run() -> list[Receipt]:
+        def publish(event: Any) -> None:
+            if isinstance(event, ev.InvocationFinished):
+                finished.append(event.receipt)
+                if not stops:  # the stop starts before this task's done-callback runs
+                    stops.append(asyncio.create_task(
+                        intake.close() if how == "close" else intake.cancel()))
+
+        intake = Intake(plan, "run-1", _FleetRoles(), RunState(), publish, asyncio.Event())
+        intake.launch(1, 1, 1, {})
+        while not stops:
+            await asyncio.sleep(0)
+        receipts = await stops[0]
+        await asyncio.sleep(0)
+        return receipts if how == "close" else receipts + intake.drain()[0]
+
+    receipts = asyncio.run(run())
+    assert [r.request_id for r in finished] == ["run-1-r1-v1-a0"]
+    assert [(r.request_id, r.ok, r.cancelled) for r in receipts] == [
+        ("run-1-r1-v1-a0", True, False)]
