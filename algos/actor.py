@@ -7,6 +7,7 @@ It picks the cheapest implementation that runs the learner's `algos.nets.ActorCr
 - ONNX Runtime for the Nature CNN (`algos.policy_onnx.CNNPolicy`) when the optional ``onnx``
   extra is installed: at an actor's handful of frames its forward takes about half of eager
   torch's time, which is most of a pixel actor's step, and a cold actor skips `import torch`;
+  an int8 ``net.actor_dtype`` needs it (only its graph has 8-bit products);
 - torch otherwise (`algos.policy.ActorPolicy`), the reference the other two are tested against.
 
 This module imports neither torch nor the policies until asked.
@@ -28,6 +29,9 @@ def make_actor_policy(spec: Mapping[str, Any]) -> Any:
 
     if onnx_available():
         return CNNPolicy(spec)
+    if dict(spec.get("net") or {}).get("actor_dtype", "float32") != "float32":
+        raise RuntimeError("algo.actor_dtype = \"int8\" runs on ONNX Runtime: install the "
+                           "optional onnx extra (pip install 'nitro-rl[onnx]') where actors run")
     from algos.policy import ActorPolicy
 
     return ActorPolicy(dict(spec))

@@ -75,7 +75,8 @@ class LearnerCore:
     # ---- what actors need -------------------------------------------------------------------
     def actor_spec(self) -> dict[str, Any]:
         """JSON-able recipe for `algos.policy.ActorPolicy`."""
-        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation}
+        net = {"hidden_sizes": list(self.config.hidden_sizes), "activation": self.config.activation,
+               "actor_dtype": getattr(self.config, "actor_dtype", "float32")}
         return {"spaces": self.spaces, "net": net}
 
     def weights(self) -> dict[str, np.ndarray]:

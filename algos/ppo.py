@@ -73,6 +73,9 @@ class PPOConfig:
     cnn_dtype: str = "float32"
     """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: 2-3x
     faster updates on a CPU with AMX, emulated and slower on one without)"""
+    actor_dtype: str = "float32"
+    """arithmetic of the actors' Nature-CNN forward ("float32", or "int8": 8-bit products on
+    ONNX Runtime, calibrated per weights version; the learner and evaluation stay exact)"""
     adam_eps: float = 1e-5
     """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
     decoupled: bool = True

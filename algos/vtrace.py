@@ -104,6 +104,9 @@ class VTraceConfig:
     cnn_dtype: str = "float32"
     """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: 2-3x
     faster updates on a CPU with AMX, emulated and slower on one without)"""
+    actor_dtype: str = "float32"
+    """arithmetic of the actors' Nature-CNN forward ("float32", or "int8": 8-bit products on
+    ONNX Runtime, calibrated per weights version; the learner and evaluation stay exact)"""
     adam_eps: float = 1e-5
     """Adam's epsilon"""
 

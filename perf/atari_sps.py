@@ -11,6 +11,8 @@ Rows (all on one core, one torch thread, like a local worker or a 1-vCPU Lambda)
   reward clipping and episode tracking on top of the vector env);
 - Sampler + ActorPolicy: the same with the Nature-CNN actor in eager torch;
 - Sampler + CNNPolicy: the same network on ONNX Runtime (``algos.policy_onnx``);
+- Sampler + CNNPolicy int8: the same with ``net.actor_dtype = "int8"`` (8-bit products,
+  calibrated per load; ``algos.onnx_graphs``), what ``algo.actor_dtype = "int8"`` runs;
 - Sampler + the plugins' actor: whatever ``algos.actor.make_actor_policy`` picks for the
   Nature CNN (CNNPolicy when the optional ``onnx`` extra is installed, else torch), i.e. what
   an actor of the stock algo plugins runs; its ratio to raw is the actor's figure.
@@ -161,10 +163,14 @@ def main() -> None:
 
     plugin_actor = make_actor_policy(core.actor_spec())
     plugin_actor.load(core.weights())
-    onnx_actor = None
+    onnx_actor = int8_actor = None
     if onnx_available():
         onnx_actor = CNNPolicy(core.actor_spec())
         onnx_actor.load(core.weights())
+        int8_spec = core.actor_spec()
+        int8_spec["net"]["actor_dtype"] = "int8"
+        int8_actor = CNNPolicy(int8_spec)
+        int8_actor.load(core.weights())
 
     rows: list[tuple[str, Callable[[], int] | None]] = [
         ("raw ale-py (1 env, no preprocessing)", raw(args.env_id, steps)),
@@ -175,6 +181,8 @@ def main() -> None:
         ("Sampler + ActorPolicy (Nature CNN, torch)", sampler(spec, steps, actor)),
         ("Sampler + CNNPolicy (Nature CNN, ONNX Runtime)",
          sampler(spec, steps, onnx_actor) if onnx_actor is not None else None),
+        ("Sampler + CNNPolicy int8 (Nature CNN, ONNX Runtime, 8-bit products)",
+         sampler(spec, steps, int8_actor) if int8_actor is not None else None),
         (f"Sampler + plugins' actor ({type(plugin_actor).__name__})",
          sampler(spec, steps, plugin_actor)),
     ]

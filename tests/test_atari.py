@@ -88,11 +88,15 @@ def test_handler_batches_keep_uint8_observations() -> None:
     assert np.isfinite(metrics["loss"])
 
 
-@pytest.mark.parametrize("plan", ["pong-appo.toml", "breakout-ppo.toml"])
-def test_two_rounds_through_the_local_backend(tmp_path: Path, plan: str) -> None:
+@pytest.mark.parametrize("plan,actor_dtype", [("pong-appo.toml", "float32"),
+                                              ("pong-appo.toml", "int8"),
+                                              ("breakout-ppo.toml", "float32")])
+def test_two_rounds_through_the_local_backend(tmp_path: Path, plan: str, actor_dtype: str
+                                              ) -> None:
     from kernel.engine import Engine
 
     overrides: dict[str, Any] = {
+        "algo.actor_dtype": actor_dtype,
         "stop.max_rounds": 2,
         "env.num_envs": 2,
         "actors.count": 1,
@@ -104,6 +108,8 @@ def test_two_rounds_through_the_local_backend(tmp_path: Path, plan: str) -> None
     }
     engine = Engine.from_plan(PLANS / plan, overrides=overrides, out_dir=tmp_path)
     summary = asyncio.run(engine.run())
+    assert engine._roles is not None  # what every invocation tells its actor to sample with
+    assert engine._roles.learner.actor_spec()["net"]["actor_dtype"] == actor_dtype
     assert summary["stop_reason"] == "max_rounds" and summary["rounds"] == 2
     assert summary["invocation_errors"] == 0
     assert summary["env_steps"] == 2 * 32 * 2

@@ -86,9 +86,12 @@ def test_the_loss_gradient_in_bfloat16_points_where_float32_does(make: Any) -> N
     assert any(not np.allclose(before[k], v) for k, v in rounded.weights().items())
 
 
-def test_a_plan_names_the_compute_dtype_or_fails_before_work_starts() -> None:
-    plan = ROOT / "plans" / "pong-appo.toml"
-    assert load_plan(plan)["algo"]["cnn_dtype"] == "float32"
-    assert load_plan(plan, ["algo.cnn_dtype=bfloat16"])["algo"]["cnn_dtype"] == "bfloat16"
-    with pytest.raises(PlanError, match="cnn_dtype"):
-        load_plan(plan, ["algo.cnn_dtype=half"])
+@pytest.mark.parametrize("plan_name", ["pong-appo.toml", "pong-ppo.toml"])
+@pytest.mark.parametrize("field,other", [("cnn_dtype", "bfloat16"), ("actor_dtype", "int8")])
+def test_a_plan_names_the_compute_dtype_or_fails_before_work_starts(plan_name: str, field: str,
+                                                                   other: str) -> None:
+    plan = ROOT / "plans" / plan_name
+    assert load_plan(plan)["algo"][field] == "float32"
+    assert load_plan(plan, [f"algo.{field}={other}"])["algo"][field] == other
+    with pytest.raises(PlanError, match=field):
+        load_plan(plan, [f"algo.{field}=half"])

@@ -113,3 +113,72 @@ assert "torch" not in sys.modules, "torch was imported"
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+
+
+def int8_spec(spec: dict[str, Any]) -> dict[str, Any]:
+    return {**spec, "net": {**spec["net"], "actor_dtype": "int8"}}
+
+
+def test_the_int8_policy_stays_close_to_the_learner_on_pong_frames() -> None:
+    """8-bit products move the logits by a small fraction of their spread: the policy is the
+    learner's within a KL far below a PPO update's, with the same greedy actions."""
+    ppo, exact = loaded(actor=100.0)
+    policy = CNNPolicy(int8_spec(ppo.actor_spec()))
+    policy.load(ppo.weights())
+    obs = pong_frames(16)
+    policy.heads(obs[:4])  # calibration, on frames of the same games
+    out, value = policy.heads(obs)
+    ref_out, ref_value = exact.heads(obs)
+    assert np.abs(out - ref_out).max() <= 0.05 * np.ptp(ref_out)
+    assert np.abs(value - ref_value).max() <= 0.2 * np.ptp(ref_value) + 1e-3
+
+    def log_softmax(x: np.ndarray) -> np.ndarray:
+        x = x - x.max(-1, keepdims=True)
+        return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+    ref_logp, logp = log_softmax(ref_out), log_softmax(out)
+    kl = (np.exp(ref_logp) * (ref_logp - logp)).sum(-1)
+    assert kl.max() < 1e-3, kl
+    np.testing.assert_array_equal(out.argmax(-1), ref_out.argmax(-1))
+
+
+def test_the_int8_policy_calibrates_on_the_first_batch_of_each_weights_version() -> None:
+    """The first batch after a load runs in float32 (it is the calibration), so its outputs are
+    the learner's exactly; a new version is calibrated again rather than kept at old scales."""
+    ppo, exact = loaded(actor=100.0)
+    policy = CNNPolicy(int8_spec(ppo.actor_spec()))
+    obs = pong_frames(8)
+    for step in range(2):
+        if step:
+            with torch.no_grad():
+                ppo.model.trunk.convs[0].weight.mul_(3.0)  # activations three times larger
+            exact.load(ppo.weights())
+        policy.load(ppo.weights())
+        np.testing.assert_array_equal(policy.heads(obs)[0], exact.heads(obs)[0])
+        assert np.abs(policy.heads(obs)[0] - exact.heads(obs)[0]).max() \
+            <= 0.05 * np.ptp(exact.heads(obs)[0])
+
+
+def test_the_folded_first_convolution_is_the_same_convolution() -> None:
+    """SpaceToDepth + the rearranged kernel at stride 1 computes the stride-4 convolution."""
+    from algos.onnx_graphs import _space_to_depth_kernel
+
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 4, 84, 84)).astype(np.float32)
+    w = rng.standard_normal((32, 4, 8, 8)).astype(np.float32)
+    folded = x.reshape(2, 4, 21, 4, 21, 4).transpose(0, 3, 5, 1, 2, 4).reshape(2, 64, 21, 21)
+    direct = torch.nn.functional.conv2d(torch.from_numpy(x), torch.from_numpy(w), stride=4)
+    via_depth = torch.nn.functional.conv2d(torch.from_numpy(folded),
+                                           torch.from_numpy(_space_to_depth_kernel(w, 4)))
+    torch.testing.assert_close(via_depth, direct, rtol=1e-4, atol=1e-4)
+
+
+def test_an_unknown_actor_dtype_is_refused_and_evaluation_stays_exact() -> None:
+    from plugins.registry_access import actor_policy
+
+    spec = PPO(PIXELS).actor_spec()
+    with pytest.raises(ValueError, match="actor_dtype"):
+        CNNPolicy({**spec, "net": {**spec["net"], "actor_dtype": "float16"}})
+    sampling = {**int8_spec(spec), "algo": "ppo"}
+    assert actor_policy(sampling).dtype == "int8"
+    assert actor_policy(sampling, exact=True).dtype == "float32"

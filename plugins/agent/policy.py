@@ -115,7 +115,7 @@ class Policy:
         self.obs_rms = dict(obs_rms) if obs_rms else None
         self.source = source
         self.obs_filter = self._obs_filter()
-        self._policy = actor_policy(actor_spec)
+        self._policy = actor_policy(actor_spec, exact=True)
         self._policy.load(self.weights)
 
     @classmethod

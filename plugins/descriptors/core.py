@@ -5,6 +5,20 @@ from __future__ import annotations
 from kernel.registry import Plugin
 from kernel.schema import Field
 
+#: The actor-critic network's fields, shared by every algorithm that builds `algos.nets`.
+NETWORK_FIELDS = {
+    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
+    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
+    "cnn_dtype": Field("str", "float32", "Compute dtype of the learner's Nature-CNN trunk: "
+                       "bfloat16 (autocast) makes updates 2-3x faster on a CPU with native "
+                       "bfloat16 (AMX, AVX512-BF16) and slower on one without; weights, heads "
+                       "and losses stay float32.", choices=("float32", "bfloat16")),
+    "actor_dtype": Field("str", "float32", "Arithmetic of the actors' Nature-CNN forward: int8 "
+                         "(8-bit products on ONNX Runtime, calibrated per weights version) "
+                         "samples faster, a behaviour policy within ~1e-3 of the learner's; "
+                         "evaluation stays float32.", choices=("float32", "int8")),
+}
+
 #: `algos.ppo.PPOConfig` as plan fields (tests/test_algo_defaults.py holds them equal; the
 #: dataclass is not read here because its module imports torch).
 PPO_CONFIG = {
@@ -29,12 +43,7 @@ PPO_CONFIG = {
                                     "tuned at; when set, the rate follows the minibatch size by "
                                     "Adam's square-root rule (a boosted round takes longer "
                                     "steps).", min=1),
-    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
-    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
-    "cnn_dtype": Field("str", "float32", "Compute dtype of the Nature-CNN trunk: bfloat16 "
-                       "(autocast) makes updates 2-3x faster on a CPU with AMX and slower on one "
-                       "without; weights, heads, losses and actors stay float32.",
-                       choices=("float32", "bfloat16")),
+    **NETWORK_FIELDS,
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
     "decoupled": Field("bool", True, "Clip against the learner's policy at the update's start "
                        "and weight samples by pi_prox/mu (capped at 2): pipelined actors lag "

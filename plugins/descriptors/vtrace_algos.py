@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kernel.registry import Plugin
 from kernel.schema import Field
+from plugins.descriptors.core import NETWORK_FIELDS
 
 _COMMON = {
     "learning_rate": Field("float", 5e-4, "Adam learning rate at the start.", min=0,
@@ -24,12 +25,7 @@ _COMMON = {
     "vf_coef": Field("float", 0.5, "Value loss coefficient.", min=0),
     "max_grad_norm": Field("float", 0.5, "Gradient clipping norm.", min=0, min_exclusive=True),
     "anneal_lr": Field("bool", True, "Anneal the learning rate linearly to 0."),
-    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
-    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
-    "cnn_dtype": Field("str", "float32", "Compute dtype of the Nature-CNN trunk: bfloat16 "
-                       "(autocast) makes updates 2-3x faster on a CPU with AMX and slower on one "
-                       "without; weights, heads, losses and actors stay float32.",
-                       choices=("float32", "bfloat16")),
+    **NETWORK_FIELDS,
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
 }
 

@@ -28,7 +28,7 @@ class EvalProbe:
         if self._policy is None:
             from plugins.registry_access import actor_policy
 
-            self._policy = actor_policy(learner.actor_spec())
+            self._policy = actor_policy(learner.actor_spec(), exact=True)
         weights = learner.weights()
         self._policy.load(weights["model"])
         returns = np.asarray(
