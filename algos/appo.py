@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from algos.core import Tensors
 from algos.vtrace import (
     VTraceConfig,
     VTraceCore,
@@ -52,12 +53,8 @@ class APPOConfig(VTraceConfig):
     """refresh the target network every this many updates (batches), before the update"""
 
 
-def appo_loss(
-    model: nn.Module,
-    mb: dict[str, torch.Tensor],
-    config: APPOConfig,
-    params: dict[str, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def appo_loss(model: nn.Module, mb: Tensors, config: APPOConfig, params: Tensors | None = None
+              ) -> tuple[torch.Tensor, Tensors]:
     """APPO's loss on a minibatch of b env sequences, and its named parts (detached).
 
     `mb["target_logprobs"]` are the target network's logprobs of the actions (fixed during an

@@ -7,6 +7,7 @@ algorithm — `make_batch`, `loss`, `update` — is the subclass's.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,9 +18,27 @@ from algos.flat import FlatParameters
 from algos.nets import ActorCritic
 
 Rollout = dict[str, np.ndarray]
+#: Tensors by name: a minibatch, a set of parameters, a loss's named parts.
+Tensors = dict[str, torch.Tensor]
 
 #: Annealing must never reach lr = 0 exactly: Adam would then silently stop moving at progress 1.
 MIN_LEARNING_RATE = 1e-10
+
+
+@dataclass
+class NetworkConfig:
+    """The actor-critic network's hyperparameters, shared by the stock cores' configs."""
+
+    hidden_sizes: tuple[int, ...] = (64, 64)
+    """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
+    activation: str = "tanh"
+    """activation of the MLPs ("tanh" or "relu")"""
+    cnn_dtype: str = "float32"
+    """compute dtype of the learner's Nature-CNN trunk ("float32", or "bfloat16" under
+    autocast: 2-3x faster updates on a CPU with native bfloat16, emulated and slower elsewhere)"""
+    actor_dtype: str = "float32"
+    """arithmetic of the actors' Nature-CNN forward ("float32", or "int8": 8-bit products on
+    ONNX Runtime, calibrated per weights version; the learner and evaluation stay exact)"""
 
 
 class NetConfig(Protocol):

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from algos.core import Tensors
 from algos.vtrace import VTraceConfig, VTraceCore, sequence_forward, vtrace_loss
 
 
@@ -31,12 +32,8 @@ class IMPALAConfig(VTraceConfig):
     paper's (every sample is used once)."""
 
 
-def impala_loss(
-    model: nn.Module,
-    mb: dict[str, torch.Tensor],
-    config: IMPALAConfig,
-    params: dict[str, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def impala_loss(model: nn.Module, mb: Tensors, config: IMPALAConfig, params: Tensors | None = None
+                ) -> tuple[torch.Tensor, Tensors]:
     """IMPALA's loss on a minibatch of b env sequences, and its named parts (detached).
 
     V-trace runs on the current model's logprobs and values (without gradient); the gradient

@@ -21,7 +21,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from algos.core import LearnerCore, set_learning_rate
+from algos.core import LearnerCore, NetworkConfig, Tensors, set_learning_rate
 
 ArrayT = TypeVar("ArrayT", np.ndarray, torch.Tensor)
 
@@ -32,7 +32,7 @@ MODEL_PARTS = ("logprobs", "is_weights", "advantages", "returns", "values")
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(NetworkConfig):
     learning_rate: float = 3e-4
     """the learning rate of the optimizer (the value at progress 0)"""
     gamma: float = 0.99
@@ -66,16 +66,6 @@ class PPOConfig:
     """samples per minibatch at which learning_rate applies; when set, the rate follows the
     minibatch size by Adam's square-root rule, lr * sqrt(size / reference), so a boosted
     round's bigger (less noisy) steps are also longer. None keeps the rate whatever the size"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
-    activation: str = "tanh"
-    """activation of the MLPs ("tanh" or "relu")"""
-    cnn_dtype: str = "float32"
-    """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: 2-3x
-    faster updates on a CPU with AMX, emulated and slower on one without)"""
-    actor_dtype: str = "float32"
-    """arithmetic of the actors' Nature-CNN forward ("float32", or "int8": 8-bit products on
-    ONNX Runtime, calibrated per weights version; the learner and evaluation stay exact)"""
     adam_eps: float = 1e-5
     """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
     decoupled: bool = True
@@ -125,12 +115,8 @@ def compute_gae(
     return advantages
 
 
-def ppo_loss(
-    model: nn.Module,
-    mb: dict[str, torch.Tensor],
-    config: PPOConfig,
-    params: dict[str, torch.Tensor] | None = None,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def ppo_loss(model: nn.Module, mb: Tensors, config: PPOConfig, params: Tensors | None = None
+             ) -> tuple[torch.Tensor, Tensors]:
     """PPO's loss on one minibatch, and its named parts (detached) for logging.
 
     `mb` holds `obs`, `actions`, `logprobs`, `advantages`, `returns`, `values`. With `params`

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from algos.core import LearnerCore, set_learning_rate
+from algos.core import LearnerCore, NetworkConfig, set_learning_rate
 from algos.ppo import explained_variance
 
 __all__ = ["SequenceForward", "VTraceConfig", "VTraceCore", "forward_sequences", "lag_parts",
@@ -76,7 +76,7 @@ def vtrace(
 
 
 @dataclass
-class VTraceConfig:
+class VTraceConfig(NetworkConfig):
     learning_rate: float = 5e-4
     """the learning rate of the optimizer (the value at progress 0)"""
     gamma: float = 0.99
@@ -97,16 +97,6 @@ class VTraceConfig:
     """the maximum norm for the gradient clipping"""
     anneal_lr: bool = True
     """toggle learning rate annealing: lr = (1 - progress) * learning_rate"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layer sizes of the actor and critic MLPs (ignored for pixel observations)"""
-    activation: str = "tanh"
-    """activation of the MLPs ("tanh" or "relu")"""
-    cnn_dtype: str = "float32"
-    """compute dtype of the Nature-CNN trunk ("float32", or "bfloat16" under autocast: 2-3x
-    faster updates on a CPU with AMX, emulated and slower on one without)"""
-    actor_dtype: str = "float32"
-    """arithmetic of the actors' Nature-CNN forward ("float32", or "int8": 8-bit products on
-    ONNX Runtime, calibrated per weights version; the learner and evaluation stay exact)"""
     adam_eps: float = 1e-5
     """Adam's epsilon"""
 

@@ -28,6 +28,8 @@ class Event:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStarted(Event):
+    """A run began, or resumed after round ``resumed_from_round`` (0 for a new run)."""
+
     run_id: str
     name: str
     run_dir: str
@@ -36,6 +38,9 @@ class RunStarted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoundStarted(Event):
+    """A round began with ``actors`` invocations to launch, sampling with weights
+    ``version``."""
+
     round: int
     actors: int
     version: int
@@ -43,6 +48,8 @@ class RoundStarted(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WeightsPublished(Event):
+    """Weights ``version`` went out to the transport: ``bytes`` encoded in ``encode_ms``."""
+
     round: int
     version: int
     bytes: int
@@ -66,6 +73,8 @@ class InvocationFinished(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class BatchArrived(Event):
+    """A batch passed the intake's checks and was kept for the learner."""
+
     round: int
     request_id: str
     version: int
@@ -85,6 +94,9 @@ class BatchDropped(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PayloadRejected(Event):
+    """A payload failed to decode or to pass a check; ``reason`` is the counted kind
+    (``summary.json``'s ``rejected_reasons``), ``detail`` says what was wrong."""
+
     round: int
     reason: str
     detail: str = ""
@@ -92,6 +104,9 @@ class PayloadRejected(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GatherFinished(Event):
+    """The round stopped waiting for batches: ``received`` of ``expected``, after
+    ``failed`` invocations failed and with ``timed_out`` still running, in ``gather_s``."""
+
     round: int
     expected: int
     received: int
@@ -102,6 +117,9 @@ class GatherFinished(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class LearnerUpdated(Event):
+    """The learner trained on the round's batches, making weights ``version``;
+    ``metrics`` are its own diagnostics (losses, KL, ...), non-finite values left out."""
+
     round: int
     version: int
     learner_s: float
@@ -125,14 +143,19 @@ class VersionLag(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProbeMeasured(Event):
+    """One probe ran after the update: ``values`` as measured, non-finite ones left out."""
+
     round: int
     probe: str
-    probe_s: float
     values: dict[str, float]
+    probe_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CostCharged(Event):
+    """The cost model billed a round (or, at the stop, invocations no round took): ``items``
+    by line (actors, learner, ...) summing to ``round_usd``; ``total_usd`` is the spend so far."""
+
     round: int
     items: dict[str, float]
     round_usd: float
@@ -141,6 +164,9 @@ class CostCharged(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ScaleDecided(Event):
+    """The scaler set the next fan-out from ``previous`` to ``actors`` (already capped
+    by the budget); ``detail`` is the rule's own reasoning (scores, signals)."""
+
     round: int
     previous: int
     actors: int
@@ -150,6 +176,9 @@ class ScaleDecided(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RoundFinished(Event):
+    """The round's summary, the row a console or tracker shows: counts, returns, and
+    where its time went (``round_s`` split into actor, learner and probe seconds)."""
+
     round: int
     actors: int
     batches: int
@@ -173,15 +202,17 @@ class RoundFinished(Event):
     env_steps_per_s: float | None = None
     #: Mean length, in env steps, of the training episodes that ended in the round.
     episode_length_mean: float | None = None
-    probes: dict[str, float] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
     #: Share of the env steps read in the round's gather that the learner trained on; the
     #: rest were dropped as too stale (None: nothing arrived).
     trained_fraction: float | None = None
+    probes: dict[str, float] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PluginFailed(Event):
+    """A plugin raised: the run stops (reason ``error: ...``) and the error reaches the caller."""
+
     plugin: str
     kind: str
     error: str
@@ -189,6 +220,8 @@ class PluginFailed(Event):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RunStopped(Event):
+    """The run ended for ``reason`` (a stop rule, the budget, a signal, a failure)."""
+
     reason: str
     rounds: int
     env_steps: int

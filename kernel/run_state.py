@@ -23,24 +23,33 @@ log = structlog.get_logger("kernel.run_state")
 
 @dataclass
 class Counters:
+    """What went wrong, or was paid for twice, over the run: ``summary.json`` lists them."""
+
     invocations: int = 0
     invocation_errors: int = 0
+    """invocations that ended in an error (the function's, the platform's, or a crash)"""
     invocation_timeouts: int = 0
+    """invocations still running when their round stopped waiting, then cancelled"""
     invocations_cancelled: int = 0
     throttles: int = 0
+    """429 answers from the platform (each retried after a back-off)"""
     retries: int = 0
     cold_starts: int = 0
     rejected_payloads: int = 0
+    """payloads that failed to decode or a check, by reason in ``rejected_reasons``"""
     rejected_reasons: dict[str, int] = field(default_factory=dict)
     stale_batches: int = 0
+    """sound batches too many weights versions old to train on"""
     duplicate_batches: int = 0
     empty_rounds: int = 0
+    """rounds in a row without a batch (`EMPTY_ROUNDS_LIMIT` of them end the run)"""
     lost_batches: int = 0
-    #: Env steps of the batches of this run that reached the intake (trained or dropped as
-    #: stale); what never arrived is not counted, as its size is not known.
+    """batches of invocations that returned but never reached the transport"""
     sampled_env_steps: int = 0
-    #: Env steps of the batches handed to the learner.
+    """env steps of the batches that reached the intake (trained or dropped as stale); what
+    never arrived is not counted, as its size is not known"""
     trained_env_steps: int = 0
+    """env steps of the batches handed to the learner"""
 
     def reject(self, reason: str) -> None:
         self.rejected_payloads += 1
@@ -58,17 +67,26 @@ class Counters:
 class RunState:
     """Everything that continues across rounds (and across a resume)."""
 
+    #: The last round that finished.
     round: int = 0
+    #: The learner's weights version (one per update).
     version: int = 0
+    #: Env steps trained on so far.
     env_steps: int = 0
-    actors_next: int = 1
-    cost_usd: float = 0.0
-    sim_time_s: float = 0.0
+    #: The best and the latest result of the probe that drives ``stop.target_return``.
     best_eval_return: float | None = None
     final_eval_return: float | None = None
+    #: The fan-out the scaler chose for the next round.
+    actors_next: int = 1
+    #: Spend so far, by the cost model; evaluation time is not part of it.
+    cost_usd: float = 0.0
+    #: Simulated cloud time: what the run would have taken with its fan-out concurrent.
+    sim_time_s: float = 0.0
     actors_per_round: list[int] = field(default_factory=list)
+    #: Every finished round's record (what scalers and the cost model estimate from).
     history: list[RoundRecord] = field(default_factory=list)
     counters: Counters = field(default_factory=Counters)
+    #: Request ids whose batches were accepted: a replayed or duplicated batch is refused.
     seen_requests: set[str] = field(default_factory=set)
 
 
