@@ -184,10 +184,8 @@ class Intake:
     async def cancel(self, request_ids: set[str] | None = None) -> list[Receipt]:
         """Give up on invocations in flight (all, or those of ``request_ids``). On AWS they
         run on and are billed, so each gets a receipt marked ``cancelled`` for the cost model.
-
-        A task that has already finished but whose done-callback has not run yet (callbacks
-        run on the loop's next turn) is not in flight: it is settled here with its own receipt,
-        never a second, cancelled one — that would bill the invocation twice."""
+        A task finished but not yet settled (done-callbacks run a loop turn later) keeps its
+        own receipt, never a second, cancelled one that would bill it twice."""
         for task in [t for t in self.tasks if t.done()]:
             self._done(task)
         now = time.monotonic()
@@ -196,15 +194,12 @@ class Intake:
         for task, _, _ in chosen:
             task.cancel()
         await asyncio.gather(*(t for t, _, _ in chosen), return_exceptions=True)
-        receipts = []
-        for task, inv, started in chosen:
-            if not task.cancelled():  # it finished before the cancel landed: _done has it
-                continue
+        receipts = []  # a task that finished before its cancel landed was settled by _done
+        for _, inv, started in [c for c in chosen if c[0].cancelled()]:
             self.pending.pop(inv.request_id, None)
             self._versions.pop(inv.request_id, None)
             receipt = Receipt(request_id=inv.request_id, ok=False, version=inv.version,
-                              duration_ms=(now - started) * 1000, error="cancelled",
-                              cancelled=True)
+                              duration_ms=(now - started) * 1000, error="cancelled", cancelled=True)
             receipts.append(receipt)
             self.publish(ev.InvocationFinished(round=inv.round, receipt=receipt))
         self.state.counters.invocations_cancelled += len(receipts)
@@ -283,8 +278,7 @@ class Intake:
         gathered = Gathered([batches[rid] for rid in sorted(batches)], message_ids,
                             stale=self.state.counters.stale_batches - stale_before,
                             sampled_env_steps=self._sampled_in_gather)
-        self.state.counters.trained_env_steps += sum(int(b["env_steps"])
-                                                     for b in batches.values())
+        self.state.counters.trained_env_steps += sum(int(b["env_steps"]) for b in gathered.batches)
         self.last_trained_fraction = gathered.trained_fraction
         return gathered
 

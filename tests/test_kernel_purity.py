@@ -38,3 +38,10 @@ def test_no_pickle_or_eval_in_the_packages() -> None:
             for match in pattern.finditer(path.read_text(encoding="utf-8")):
                 hits.append(f"{path.relative_to(ROOT)}: {match.group(0).strip()}")
     assert hits == []
+
+
+def test_every_kernel_module_reads_on_a_few_screens() -> None:
+    """The kernel stays small: a module past 400 lines is doing more than one job."""
+    long = {str(p.relative_to(ROOT)): n for p in (ROOT / "kernel").rglob("*.py")
+            if (n := len(p.read_text(encoding="utf-8").splitlines())) > 400}
+    assert long == {}, f"kernel modules over 400 lines (split them): {long}"
