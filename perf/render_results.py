@@ -27,8 +27,10 @@ OUT = c.PERF / "RESULTS.md"
 #: Section order on the page: quick, self-contained benchmarks first, the peers last; files
 #: not named here follow in name order.
 ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
-         "learner_bench", "atari_curve_pong_appo_h200", "atari_curve_pong_appo_cpu",
-         "atari_curve_pong_appo_cpu_seed2", "atari_curve_spaceinvaders_appo_cpu",
+         "learner_bench", "learner_bench_xeon_amx", "atari_curve_pong_appo_h200",
+         "atari_curve_pong_appo_cpu", "atari_curve_pong_appo_cpu_seed2",
+         "atari_curve_pong_appo_cpu_bf16", "atari_curve_pong_appo_cpu_bf16_int8",
+         "atari_curve_spaceinvaders_appo_cpu",
          "gpu_check", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
          "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3",
