@@ -28,6 +28,8 @@ from algos.policy_numpy import is_mlp_spec, sample_actions
 
 #: The forward's arithmetic: the learner's float32, or 8-bit products (`algos.onnx_graphs`).
 ACTOR_DTYPES = ("float32", "int8")
+#: A calibrated activation peak below this is no peak at all (see `CNNPolicy._calibrate`).
+MIN_CALIBRATED_PEAK = 1e-6
 
 
 def onnx_available() -> bool:
@@ -89,12 +91,17 @@ class CNNPolicy:
         return ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
 
     def _calibrate(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The float32 outputs of ``obs``, and the int8 session built from its activations."""
+        """The float32 outputs of ``obs``, and the int8 session built from its activations.
+
+        A layer that stayed at zero on these frames (a blank screen, dead units) gives no
+        scale to quantise with: this weights version then samples in float32 throughout
+        rather than saturating every later activation."""
         weights, self._uncalibrated = self._uncalibrated, None
         out, value, *activations = self.session.run(
             ["actor_out", "value", *CALIBRATION_OUTPUTS], {"obs": obs})
         peaks = [float(a.max()) for a in activations]
-        self.session = self._session(nature_cnn_int8_graph(weights, self.obs_shape, peaks))
+        if min(peaks) > MIN_CALIBRATED_PEAK:
+            self.session = self._session(nature_cnn_int8_graph(weights, self.obs_shape, peaks))
         return out, value
 
     def heads(self, obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -108,7 +115,7 @@ class CNNPolicy:
         obs = np.ascontiguousarray(obs)
         if self._uncalibrated is not None:
             return self._calibrate(obs)
-        out, value = self.session.run(None, {"obs": obs})
+        out, value = self.session.run(["actor_out", "value"], {"obs": obs})
         return out, value
 
     def act(self, obs: np.ndarray) -> tuple[np.ndarray, dict[str, np.ndarray]]:

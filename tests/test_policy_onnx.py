@@ -182,3 +182,16 @@ def test_an_unknown_actor_dtype_is_refused_and_evaluation_stays_exact() -> None:
     sampling = {**int8_spec(spec), "algo": "ppo"}
     assert actor_policy(sampling).dtype == "int8"
     assert actor_policy(sampling, exact=True).dtype == "float32"
+
+
+def test_a_blank_calibration_batch_keeps_float32_rather_than_saturating() -> None:
+    """Frames that leave a layer at zero give no scale: that version samples in float32."""
+    ppo, exact = loaded(actor=100.0)
+    with torch.no_grad():
+        ppo.model.trunk.convs[0].bias.fill_(-10.0)  # a black frame leaves every unit at 0
+    exact.load(ppo.weights())
+    policy = CNNPolicy(int8_spec(ppo.actor_spec()))
+    policy.load(ppo.weights())
+    policy.heads(np.zeros((2, *PIXELS["obs_shape"]), dtype=np.uint8))
+    obs = pong_frames(8)
+    np.testing.assert_array_equal(policy.heads(obs)[0], exact.heads(obs)[0])
