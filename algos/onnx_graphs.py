@@ -119,10 +119,12 @@ def _space_to_depth_kernel(w: np.ndarray, s: int) -> np.ndarray:
     return w.reshape(o, c, a, s, a, s).transpose(0, 3, 5, 1, 2, 4).reshape(o, s * s * c, a, a)
 
 
-def _channel_scales(w: np.ndarray) -> np.ndarray:
-    """Symmetric int8 scale per output channel (rows of ``w``); an all-zero row gets a tiny one."""
-    peak = np.abs(w.reshape(len(w), -1)).max(axis=1)
-    return (np.maximum(peak, 1e-12) / 127.0).astype(np.float32)
+def _channel_scales(w: np.ndarray, b: np.ndarray, x_scale: float) -> np.ndarray:
+    """Symmetric int8 scale per output channel (rows of ``w``), never so small that the
+    channel's int32 bias (at scale ``x_scale`` times this) would overflow: a row of zero
+    weights still adds its bias."""
+    peak = np.abs(w.reshape(len(w), -1)).max(axis=1) / 127.0
+    return np.maximum(peak, np.abs(b) / (x_scale * 2.0**30)).clip(min=1e-12).astype(np.float32)
 
 
 def _quantise(w: np.ndarray, scales: np.ndarray) -> np.ndarray:
@@ -159,7 +161,7 @@ def nature_cnn_int8_graph(weights: Mapping[str, Any], obs_shape: Sequence[int],
         if i == 0 and _folds_to_depth(w.shape[-1], stride, obs_shape):
             nodes.append(helper.make_node("SpaceToDepth", [x], ["obs_s2d"], blocksize=stride))
             x, w, stride = "obs_s2d", _space_to_depth_kernel(w, stride), 1
-        w_scale = _channel_scales(w)
+        w_scale = _channel_scales(w, b, x_scale)
         y_scale = np.float32(max(float(peak), 1e-6) * HEADROOM / 255.0)
         bias = np.rint(b / (x_scale * w_scale)).astype(np.int32)
         nodes.append(helper.make_node(
@@ -171,7 +173,7 @@ def nature_cnn_int8_graph(weights: Mapping[str, Any], obs_shape: Sequence[int],
         x, x_scale, x_scale_name = f"q{i}", y_scale, f"y{i}_scale"
     nodes.append(helper.make_node("Flatten", [x], ["flat"], axis=1))
     w, b = param("trunk.fc.0.weight"), param("trunk.fc.0.bias")
-    w_scale = _channel_scales(w)
+    w_scale = _channel_scales(w, b, x_scale)
     nodes.append(helper.make_node(
         "QGemm",  # ONNX Runtime's int8 Gemm: without an output scale it returns float32
         ["flat", x_scale_name, "zero_u8", const("fc_w", _quantise(w, w_scale)),
@@ -184,9 +186,9 @@ def nature_cnn_int8_graph(weights: Mapping[str, Any], obs_shape: Sequence[int],
     heads_b = np.concatenate([param("actor.bias"), param("critic.bias")])
     nodes.append(helper.make_node("Gemm", ["hidden", const("heads_w", heads_w),
                                            const("heads_b", heads_b)], ["heads"], transB=1))
-    nodes.append(helper.make_node("Split", ["heads", const("split", np.array([n_out, 1]))],
+    nodes.append(helper.make_node("Split", ["heads", const("split", np.array([n_out, 1], np.int64))],
                                   ["actor_out", "value_2d"], axis=1))
-    nodes.append(helper.make_node("Reshape", ["value_2d", const("flat_shape", np.array([-1]))],
+    nodes.append(helper.make_node("Reshape", ["value_2d", const("flat_shape", np.array([-1], np.int64))],
                                   ["value"]))
     graph = helper.make_graph(
         nodes, "nature_cnn_actor_critic_int8",

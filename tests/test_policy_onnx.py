@@ -195,3 +195,19 @@ def test_a_blank_calibration_batch_keeps_float32_rather_than_saturating() -> Non
     policy.heads(np.zeros((2, *PIXELS["obs_shape"]), dtype=np.uint8))
     obs = pong_frames(8)
     np.testing.assert_array_equal(policy.heads(obs)[0], exact.heads(obs)[0])
+
+
+def test_a_channel_of_zero_weights_still_adds_its_bias_in_int8() -> None:
+    ppo, exact = loaded(actor=100.0)
+    with torch.no_grad():
+        ppo.model.trunk.convs[2].weight[3].zero_()
+        ppo.model.trunk.convs[2].bias[3] = 0.5
+        ppo.model.trunk.fc[0].weight[7].zero_()
+        ppo.model.trunk.fc[0].bias[7] = 2.0
+    exact.load(ppo.weights())
+    policy = CNNPolicy(int8_spec(ppo.actor_spec()))
+    policy.load(ppo.weights())
+    obs = pong_frames(8)
+    policy.heads(obs)
+    out, ref = policy.heads(obs)[0], exact.heads(obs)[0]
+    assert np.abs(out - ref).max() <= 0.05 * np.ptp(ref)
