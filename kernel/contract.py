@@ -135,8 +135,13 @@ class ProbeSlot:
     probe: Bound
     #: Every this many rounds.
     every: int
-    #: The evaluation probe: drives the target return; its time is not charged.
-    evaluation: bool
+    #: The value that is the policy's score if this probe evaluates the policy (it drives
+    #: the target return, and its time is not charged), else None.
+    score: str | None
+
+    @property
+    def evaluation(self) -> bool:
+        return self.score is not None
 
 
 @dataclass

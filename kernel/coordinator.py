@@ -163,12 +163,11 @@ class Coordinator:
         """Probes, cost, the scaler's decision and the round's facts. ``after_decision`` runs
         as soon as the next round's size is known (an overlapped mode launches there)."""
         s, roles = self.state, self.roles
-        probe_values, probe_s, eval_s = await self.probe(number, batches)
+        probe_values, probe_s, eval_s, eval_return = await self.probe(number, batches)
 
         round_steps = sum(int(b["env_steps"]) for b in batches)
         episodes = _concat(batches, "episode_returns", np.float64)
         lengths = _concat(batches, "episode_lengths", np.int64)
-        eval_return = probe_values.get("eval_return")
         round_s = time.perf_counter() - t_round
         record = RoundRecord(
             round=number, actors=n, env_steps=round_steps, batches=len(batches),
@@ -197,10 +196,7 @@ class Coordinator:
         s.sim_time_s += record.sim_time_s
         s.actors_per_round.append(n)
         s.history.append(record)
-        if eval_return is not None:
-            s.final_eval_return = eval_return
-            if s.best_eval_return is None or eval_return > s.best_eval_return:
-                s.best_eval_return = eval_return
+        s.note_evaluation(eval_return)
 
         decided, self.decided_ahead = self.decided_ahead, None
         s.actors_next = decided if decided is not None else self.scale(record)
@@ -222,11 +218,12 @@ class Coordinator:
         return record
 
     async def probe(self, number: int, batches: list[Batch], *, evaluation_only: bool = False
-                    ) -> tuple[dict[str, float], float, float]:
-        """Run the probes due this round: their values, their time, and the part of it spent
-        evaluating (which the budget does not pay for)."""
+                    ) -> tuple[dict[str, float], float, float, float | None]:
+        """Run the probes due this round: their values, their time, the part of it spent
+        evaluating (which the budget does not pay for), and the evaluation's score."""
         values: dict[str, float] = {}
         total = eval_s = 0.0
+        score: float | None = None
         ctx = ProbeContext(round=number, learner=self.roles.learner.plugin, batches=batches,
                            seed=self.plan["run"]["seed"] + number)
         for slot in self.roles.probes:
@@ -240,11 +237,13 @@ class Coordinator:
                 measured = await asyncio.to_thread(slot.probe.measure, ctx)
             probe_s = time.perf_counter() - t0
             total += probe_s
-            eval_s += probe_s if slot.evaluation else 0.0
+            if slot.score is not None:
+                eval_s += probe_s
+                score = measured.get(slot.score, score)
             values.update(measured)
             self.publish(ev.ProbeMeasured(round=number, probe=slot.name, probe_s=probe_s,
                                           values=finite(measured)))
-        return values, total, eval_s
+        return values, total, eval_s, score
 
     def scale(self, record: RoundRecord | None, *, number: int | None = None,
               current: int | None = None, pending_usd: float = 0.0) -> int:
@@ -278,12 +277,7 @@ class Coordinator:
             return
         if s.history and s.history[-1].eval_return is not None:
             return
-        values, _, _ = await self.probe(s.round, [], evaluation_only=True)
-        eval_return = values.get("eval_return")
-        if eval_return is not None:
-            s.final_eval_return = eval_return
-            if s.best_eval_return is None or eval_return > s.best_eval_return:
-                s.best_eval_return = eval_return
+        s.note_evaluation((await self.probe(s.round, [], evaluation_only=True))[3])
 
     async def close(self) -> None:
         """Give up on what is still in flight, and charge it: on AWS those invocations run

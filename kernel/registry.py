@@ -42,11 +42,18 @@ class Plugin:
     #: For algo plugins: ``"module:callable"`` building the actor-side policy from the
     #: learner's ``actor_spec()`` (what the actor function runs).
     actor: str | Callable[..., Any] | None = None
-    #: For probe plugins: this probe evaluates the policy; its ``eval_return`` feeds the
+    #: For probe plugins: this probe evaluates the policy; its ``score`` value feeds the
     #: target-return stop rule and the summary, and its time is not charged to the budget.
     evaluation: bool = False
+    #: For an evaluation probe: which of its values is the policy's score.
+    score: str = "eval_return"
     #: Where it came from (distribution name), filled in by the registry.
     source: str = "builtin"
+
+    @property
+    def evaluation_score(self) -> str | None:
+        """The value key of the policy's score if this probe evaluates the policy, else None."""
+        return self.score if self.evaluation else None
 
     def load(self) -> Callable[..., Any]:
         return _resolve(self.factory, self)

@@ -235,8 +235,9 @@ class Probe(Protocol):
     every: int
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:
-        """Runs in a worker thread. Return named scalars; ``eval_return`` is special: it feeds
-        the summary's best/final eval return and the ``target_return`` stop rule."""
+        """Runs in a worker thread. Return named scalars. A probe whose descriptor marks it
+        ``evaluation`` names its score (``eval_return`` unless it says otherwise): that value
+        feeds the summary's best/final eval return and the ``target_return`` stop rule."""
 
 
 class CostModel(Protocol):

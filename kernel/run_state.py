@@ -89,6 +89,13 @@ class RunState:
     #: Request ids whose batches were accepted: a replayed or duplicated batch is refused.
     seen_requests: set[str] = field(default_factory=set)
 
+    def note_evaluation(self, score: float | None) -> None:
+        """An evaluation's score (None: none ran) becomes the latest, and the best if it is."""
+        if score is not None:
+            self.final_eval_return = score
+            if self.best_eval_return is None or score > self.best_eval_return:
+                self.best_eval_return = score
+
 
 #: Empty rounds in a row after which the actors are taken to be failing for good.
 EMPTY_ROUNDS_LIMIT = 3
