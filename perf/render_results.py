@@ -30,6 +30,7 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
          "learner_bench", "learner_bench_xeon_amx", "atari_curve_pong_appo_h200",
          "atari_curve_pong_appo_cpu", "atari_curve_pong_appo_cpu_seed2",
          "atari_curve_pong_appo_cpu_bf16", "atari_curve_pong_appo_cpu_bf16_int8",
+         "atari_curve_pong_appo_cpu_bf16_int8_seed2",
          "atari_curve_spaceinvaders_appo_cpu",
          "gpu_check", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
