@@ -25,11 +25,11 @@ def make_actor_policy(spec: Mapping[str, Any]) -> Any:
 
     if is_mlp_spec(spec):
         return MLPPolicy(spec)
-    from algos.policy_onnx import CNNPolicy, onnx_available
+    from algos.policy_onnx import CNNPolicy, actor_dtype, onnx_available
 
     if onnx_available():
         return CNNPolicy(spec)
-    if dict(spec.get("net") or {}).get("actor_dtype", "float32") != "float32":
+    if actor_dtype(spec) != "float32":
         raise RuntimeError("algo.actor_dtype = \"int8\" runs on ONNX Runtime: install the "
                            "optional onnx extra (pip install 'nitro-rl[onnx]') where actors run")
     from algos.policy import ActorPolicy

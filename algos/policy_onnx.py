@@ -32,6 +32,11 @@ ACTOR_DTYPES = ("float32", "int8")
 MIN_CALIBRATED_PEAK = 1e-6
 
 
+def actor_dtype(spec: Mapping[str, Any]) -> str:
+    """The arithmetic an actor spec asks its Nature-CNN forward to sample with."""
+    return str(dict(spec.get("net") or {}).get("actor_dtype", "float32"))
+
+
 def onnx_available() -> bool:
     """Whether the optional `onnx` extra is installed (checked without importing it)."""
     return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
@@ -57,7 +62,7 @@ class CNNPolicy:
         self.discrete = action["kind"] == "discrete"
         self.obs_shape = tuple(int(d) for d in spaces["obs_shape"])
         self.threads = threads
-        self.dtype = str(dict(spec.get("net") or {}).get("actor_dtype", "float32"))
+        self.dtype = actor_dtype(spec)
         if self.dtype not in ACTOR_DTYPES:
             raise ValueError(f"net.actor_dtype must be one of {list(ACTOR_DTYPES)}, "
                              f"not {self.dtype!r}")

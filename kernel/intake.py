@@ -160,9 +160,10 @@ class Intake:
         return receipt
 
     def _done(self, task: asyncio.Task[Receipt]) -> None:
-        entry = self.tasks.pop(task, None)
+        if (entry := self.tasks.pop(task, None)) is None:  # cancel() settled it already
+            return
         self.last_done = time.monotonic()
-        if task.cancelled() or entry is None:
+        if task.cancelled():
             return
         inv, started = entry
         exc = task.exception()
