@@ -96,7 +96,9 @@ def test_every_algo_plugin_of_ours_is_checked() -> None:
 # -- plugins read their section by key -----------------------------------------------------------
 
 #: Files whose plugins read only validated sections by key (``cfg["key"]``).
-BY_KEY = ["plugins/scalers.py", "plugins/probes/evaluation.py", "plugins/probes/hessian.py",
+BY_KEY = [*(f"plugins/scalers/{m}.py" for m in ("base", "curvature", "noise", "reward",
+                                                  "schedules", "validation")),
+          "plugins/probes/evaluation.py", "plugins/probes/hessian.py",
           "plugins/learners/onpolicy.py", "plugins/cost/aws.py", "plugins/cost/prototype.py",
           "plugins/sinks/jsonl_file.py", "plugins/sinks/csv_file.py",
           "plugins/sinks/tensorboard_file.py", "plugins/transports/memory.py",

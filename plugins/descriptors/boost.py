@@ -50,8 +50,8 @@ AWS_COST_CONFIG = {
                                            "per batch sample per Lanczos step.", min=0),
 }
 
-#: Adaptive scalers widen an unset actors.max and add the probe they read (plugins/scalers.py).
-ADAPTIVE = "plugins.scalers:validate_adaptive"
+#: Adaptive scalers widen an unset actors.max and add the probe they read (plugins/scalers/validation.py).
+ADAPTIVE = "plugins.scalers.validation:validate_adaptive"
 
 HESSIAN_CONFIG = {
     "samples": Field("int", 2048, "Batch samples the Hessian is taken on, drawn at random from "
@@ -157,6 +157,11 @@ SCHEDULE_CONFIG = {
     "every": Field("int", 5, "Rounds per step.", min=1),
 }
 
+CRITICAL_BATCH_CONFIG = {
+    "smoothing": Field("float", 0.7, "EMA factor of the squared gradient norm and tr(Sigma) "
+                       "across rounds.", min=0, max=0.99),
+}
+
 REWARD_SLOPE_CONFIG = {
     "window": Field("int", 5, "Rounds with a return in the slope fit.", min=2),
     "flat_threshold": Field("float", 0.01, "Relative slope per round counted as flat.", min=0),
@@ -164,44 +169,44 @@ REWARD_SLOPE_CONFIG = {
 }
 
 PLUGINS = [
-    Plugin("fixed", "scaler", "plugins.scalers:FixedScaler",
+    Plugin("fixed", "scaler", "plugins.scalers.schedules:FixedScaler",
            "Always scaler.count (default actors.count).", config=FIXED_CONFIG),
-    Plugin("min", "scaler", "plugins.scalers:MinScaler", "Always actors.min."),
-    Plugin("max", "scaler", "plugins.scalers:MaxScaler", "Always actors.max."),
-    Plugin("random", "scaler", "plugins.scalers:RandomScaler",
+    Plugin("min", "scaler", "plugins.scalers.schedules:MinScaler", "Always actors.min."),
+    Plugin("max", "scaler", "plugins.scalers.schedules:MaxScaler", "Always actors.max."),
+    Plugin("random", "scaler", "plugins.scalers.schedules:RandomScaler",
            "Uniform in [actors.min, actors.max], seeded; capped by the budget.",
            validator=ADAPTIVE),
-    Plugin("nitro", "scaler", "plugins.scalers:NitroScaler",
-           "The paper's Hessian-ratio boosting with a decaying floor and a budget cap.",
+    Plugin("nitro", "scaler", "plugins.scalers.curvature:NitroScaler",
+           "Hessian-ratio boosting: N within a factor gain of base as log rho leaves its "
+           "moving mean (rule = anchored), or the paper's window rule (rule = window).",
            config=NITRO_CONFIG, validator=ADAPTIVE),
-    Plugin("prototype", "scaler", "plugins.scalers:PrototypeScaler",
+    Plugin("prototype", "scaler", "plugins.scalers.curvature:PrototypeScaler",
            "The paper's prototype rule exactly (nitro with prototype_compat = true).",
            config=NITRO_CONFIG, validator=ADAPTIVE),
-    Plugin("decay_only", "scaler", "plugins.scalers:DecayOnlyScaler",
+    Plugin("decay_only", "scaler", "plugins.scalers.schedules:DecayOnlyScaler",
            "nitro's decaying floor without the curvature (the ablation).",
            config=DECAY_ONLY_CONFIG, validator=ADAPTIVE),
-    Plugin("no_boost", "scaler", "plugins.scalers:NoBoostScaler",
+    Plugin("no_boost", "scaler", "plugins.scalers.curvature:NoBoostScaler",
            "The paper's no-boost baseline: nitro's score computed, N kept at count.",
-           config=NO_BOOST_CONFIG, validator="plugins.scalers:validate_probe"),
-    Plugin("kungfu", "scaler", "plugins.scalers:KungfuScaler",
+           config=NO_BOOST_CONFIG, validator="plugins.scalers.validation:validate_probe"),
+    Plugin("kungfu", "scaler", "plugins.scalers.noise:KungfuScaler",
            "KungFu: N grows with the gradient noise scale whenever it rises.",
            config=KUNGFU_CONFIG, validator=ADAPTIVE),
-    Plugin("hydrozoa", "scaler", "plugins.scalers:HydrozoaScaler",
+    Plugin("hydrozoa", "scaler", "plugins.scalers.schedules:HydrozoaScaler",
            "Hydrozoa: actors.min doubled every 10 rounds.", config=HYDROZOA_CONFIG,
            validator=ADAPTIVE),
-    Plugin("critical_batch", "scaler", "plugins.scalers:CriticalBatchScaler",
+    Plugin("critical_batch", "scaler", "plugins.scalers.noise:CriticalBatchScaler",
            "N = sqrt(B_noise c_round / c_sample) / samples per actor: the round size that "
            "buys progress cheapest (gradient noise scale and the round estimate's prices).",
-           config={"smoothing": Field("float", 0.7, "EMA factor of the squared gradient "
-                                      "norm and tr(Sigma) across rounds.", min=0, max=0.99)},
+           config=CRITICAL_BATCH_CONFIG,
            validator=ADAPTIVE),
-    Plugin("gns", "scaler", "plugins.scalers:GnsScaler",
+    Plugin("gns", "scaler", "plugins.scalers.noise:GnsScaler",
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
            config=GNS_SCALER_CONFIG, validator=ADAPTIVE),
-    Plugin("schedule", "scaler", "plugins.scalers:ScheduleScaler",
+    Plugin("schedule", "scaler", "plugins.scalers.schedules:ScheduleScaler",
            "Ascending or descending step schedule.", config=SCHEDULE_CONFIG,
            validator=ADAPTIVE),
-    Plugin("reward_slope", "scaler", "plugins.scalers:RewardSlopeScaler",
+    Plugin("reward_slope", "scaler", "plugins.scalers.reward:RewardSlopeScaler",
            "More actors while the return is flat, fewer while it climbs.", validator=ADAPTIVE,
            config=REWARD_SLOPE_CONFIG),
     Plugin("hessian", "probe", "plugins.probes.hessian:HessianProbe",
