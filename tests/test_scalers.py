@@ -455,3 +455,28 @@ def test_engine_runs_no_boost_under_the_prototype_cost_model(tmp_path: Path) -> 
         assert e["items"]["actors_usd"] == pytest.approx(e["items"]["learner_usd"] * 0.68 / 3.06)
         assert e["round_usd"] > 0
     assert len(finished) == 3
+
+
+def test_the_package_re_exports_every_scaler_lazily() -> None:
+    """``from plugins.scalers import X`` works for every scaler while importing the package
+    alone loads none of its modules (listing plugins stays cheap)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, plugins.scalers as s\n"
+            "loaded = [m for m in sys.modules if m.startswith('plugins.scalers.')]\n"
+            "assert loaded == [], loaded\n"
+            "for name in s.__all__:\n"
+            "    assert getattr(s, name).__name__ == name, name\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1], timeout=60)
+    assert out.returncode == 0, out.stderr
+    import plugins.scalers
+    from kernel.registry import default_registry
+
+    registry = default_registry()
+    factories = {registry.get("scaler", n).factory.rpartition(":")[2]
+                 for n in registry.names("scaler")}
+    assert factories <= set(plugins.scalers.__all__)
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        plugins.scalers.Nope  # noqa: B018
