@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
 
 #: Modules directly in plugins/ that serve every role; any plugin goes into its role's package.
-SHARED = {"__init__", "builtin", "registry_access", "scalers"}
+SHARED = {"__init__", "builtin", "registry_access"}
 
 #: Import names of the libraries Nitro depends on (pyproject.toml, extras included): a module of
 #: ours named like one of them reads, in an import line or a traceback, as the library itself.

@@ -12,11 +12,6 @@ and ``validation`` the plan-time rules. Every scaler is importable from here too
 listing plugins or validating a plan imports none of them.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
 _HOME = {
     "Scaler": "base", "budget_cap": "base", "finite": "base", "scaler_config": "base",
     "NitroScaler": "curvature", "NoBoostScaler": "curvature", "PrototypeScaler": "curvature",
@@ -31,10 +26,14 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
+    """Import a scaler's module when the scaler is first asked for (PEP 562), so that the
+    package's ``__init__`` imports nothing, like every other plugin package's."""
+    from importlib import import_module
+
     if name not in _HOME:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
+    return getattr(import_module(f"{__name__}.{_HOME[name]}"), name)
 
 
 def __dir__() -> list[str]:
