@@ -182,15 +182,14 @@ class StopRules:
         return None
 
     def _paid_ahead(self) -> bool:
-        """Whether the coming round's fan-out already started with the allocator's consent and
-        the money left still covers the estimate it was allowed on. Its actors are running and
-        billed either way: re-deciding with the estimate refreshed by the round just charged
-        (which may have raised the envelope of recent rounds) would end the run and throw that
-        fan-out away unused."""
+        """Whether the coming round's fan-out already started with the allocator's consent.
+        If so the round runs: its actors are billed whatever happens next (on AWS an
+        invocation its caller gives up on runs on, and is billed here up to the function
+        timeout), so refusing the round would spend more than running it and throw its
+        samples away. Only a round charged above its estimate's margin in between can make
+        the started one overspend, and then by that miss, not by the timeouts."""
         committed = self.committed
-        if committed is None or committed[0] != self.state.round + 1:
-            return False
-        return committed[1] <= self.limits["budget_usd"] - self.state.cost_usd
+        return committed is not None and committed[0] == self.state.round + 1
 
     def after_round(self, record: RoundRecord) -> str | None:
         """Why the run ends with the round just finished, or None."""

@@ -146,11 +146,17 @@ def test_a_fan_out_started_ahead_is_trained_on_when_the_round_before_it_raised_t
     assert rules.before_round() == "budget"
 
 
-def test_a_fan_out_started_ahead_is_not_run_when_the_money_left_no_longer_covers_it() -> None:
-    """The commitment holds only within the budget: when the round before it cost more than
-    its estimate, the round started ahead is refused rather than overspend."""
+def test_a_fan_out_started_ahead_runs_even_when_the_round_before_overran_its_estimate() -> None:
+    """Round 2 costs $1.4 against its $1.2 estimate, so the $1.2 committed to round 3 no longer
+    fits the $1.1 left. Round 3's actors are running: refusing the round would cancel them,
+    and a cancelled invocation is billed up to the function timeout, far more than the round
+    costs. The round runs, and the run stops after it."""
     rules = _rules(budget=3.5)
     _charge(rules, 1.0)
     assert rules.fan_out_size(1, 32, rules.round_usd(1)) == 1
     _charge(rules, 1.4)                                        # $1.1 left, $1.2 committed
-    assert rules.before_round() == "budget"
+    assert rules.sized(1) == 0                                 # a fresh decision would refuse
+    assert rules.before_round() is None                        # the started fan-out runs
+    _charge(rules, 1.2)
+    assert rules.before_round() == "budget"                    # and nothing more starts
+
