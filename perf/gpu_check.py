@@ -64,17 +64,10 @@ def hopper_rollout(steps: int = 256, envs: int = 8) -> dict[str, np.ndarray]:
     }
 
 
-def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]]) -> dict[str, float]:
-    """Median frames/s of one update on ``device``: Hopper PPO and Pong APPO; each timed
-    update is appended to ``raw``."""
-    import torch
-
+def learner_cases(device: str) -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
+    """The timed updates, by name: learner core and the rollout it updates on."""
     from algos.appo import APPO, APPOConfig
     from algos.ppo import PPO, PPOConfig
-
-    def sync() -> None:
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
 
     def waiting_each_step(core: PPO) -> PPO:
         """The core as it was before ``sgd_step`` kept the gradient norm on the device: reading
@@ -90,9 +83,28 @@ def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]]) -> dict[st
                                hopper_rollout()),
         "pong_appo": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1), device=device),
                       pong_rollout(128, 8)),
+        # The Nature-CNN trunk under bfloat16 autocast (algo.cnn_dtype), on either device.
+        "pong_appo_bf16": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1,
+                                                 cnn_dtype="bfloat16"), device=device),
+                           pong_rollout(128, 8)),
     }
+    return cases
+
+
+def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]],
+                only: set[str] | None = None) -> dict[str, float]:
+    """Median frames/s of one update on ``device`` for each case (all, or those in ``only``);
+    each timed update is appended to ``raw``."""
+    import torch
+
+    def sync() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
     out = {}
-    for name, (core, rollout) in cases.items():
+    for name, (core, rollout) in learner_cases(device).items():
+        if only and name not in only:
+            continue
         frames = rollout["rewards"].size
         core.update(rollout, 0.0)  # warm-up: kernels, allocator, oneDNN primitives
         times = []
@@ -105,6 +117,32 @@ def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]]) -> dict[st
             raw.append({"device": device, "case": name, "frames": frames, "s": times[-1]})
         out[name] = frames / statistics.median(times)
     return out
+
+
+def profile_update(device: str, case: str = "pong_appo") -> dict[str, Any]:
+    """Where one update's time goes on ``device``: the busiest operators, and the share of the
+    wall time the device spent computing (a small share means the update waits on the host:
+    kernel launches, synchronisations, Python)."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    core, rollout = learner_cases(device)[case]
+    core.update(rollout, 0.0)
+    activities = [ProfilerActivity.CPU]
+    if device.startswith("cuda"):
+        activities.append(ProfilerActivity.CUDA)
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    with profile(activities=activities) as prof:
+        core.update(rollout, 0.0)
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    averages = prof.key_averages()
+    sort = "self_cuda_time_total" if device.startswith("cuda") else "self_cpu_time_total"
+    device_us = sum(getattr(a, "self_device_time_total", 0.0) for a in averages)
+    return {"device": device, "case": case, "wall_s": wall, "device_busy_s": device_us / 1e6,
+            "table": averages.table(sort_by=sort, row_limit=15)}
 
 
 def short_run(device: str, rounds: int, seed: int = 1) -> list[float]:
@@ -222,6 +260,13 @@ def render(data: dict[str, Any]) -> str:
                      "first:\n\n" + c.md_table(
                          ["learner", "sync env steps/s", "pipelined env steps/s", "speed-up",
                           "learner busy (pipelined)"], table))
+    prof = data.get("profile")
+    if prof:
+        parts.append(f"One `{prof['case']}` update on {prof['device']} under torch's profiler: "
+                     f"{prof['wall_s'] * 1e3:,.0f} ms of wall time, of which the device "
+                     f"computed {prof['device_busy_s'] * 1e3:,.0f} ms "
+                     f"({prof['device_busy_s'] / prof['wall_s']:.0%}); the busiest operators:"
+                     f"\n\n```\n{prof['table'].strip()}\n```")
     model = data.get("time_model")
     if model:
         parts.append(f"The boosting study's time model, learner and probe on {model['device']} "
@@ -242,7 +287,12 @@ def main() -> None:
     parser.add_argument("--model-rounds", type=int, default=10,
                         help="rounds per batch size for the time model")
     parser.add_argument("--parts", default="fps,run,overlap,model",
-                        help="comma-separated parts to run (fps, run, overlap, model)")
+                        help="comma-separated parts to run (fps, run, overlap, model, profile)")
+    parser.add_argument("--cases", default="", help="comma-separated learner updates to time "
+                        "(default all: hopper_ppo, hopper_ppo_waiting, pong_appo, "
+                        "pong_appo_bf16)")
+    parser.add_argument("--name", default="gpu_check", help="result name (a later check on "
+                        "another machine keeps the earlier one)")
     parser.add_argument("--quick", action="store_true", help="fewer repeats and rounds")
     args = parser.parse_args()
     if args.quick:
@@ -265,15 +315,23 @@ def main() -> None:
     torch.set_num_threads(1)  # CPU rows as the plans run them: actors share the cores
     # Each part's result is written as soon as it is measured: a run stopped by its time limit
     # keeps what it finished.
-    path = c.write_result("gpu_check", result, args.out)
+    path = c.write_result(args.name, result, args.out)
     if "fps" in parts:
+        only = set(filter(None, args.cases.split(",")))
         result["repeats"] = []
-        result["learner_frames_per_s"] = {d: learner_fps(d, args.repeats, result["repeats"])
-                                          for d in devices}
+        result["learner_frames_per_s"] = {d: learner_fps(d, args.repeats, result["repeats"],
+                                                         only) for d in devices}
         c.update_result(path, result)
         print(f"learner frames/s ({', '.join(devices)}):", flush=True)
         for d, fps in result["learner_frames_per_s"].items():
             print(f"  {d:<5} " + "  ".join(f"{k} {v:,.0f}" for k, v in fps.items()), flush=True)
+    if "profile" in parts:
+        result["profile"] = profile_update(devices[-1])
+        c.update_result(path, result)
+        prof = result["profile"]
+        print(f"one {prof['case']} update on {prof['device']}: {prof['wall_s'] * 1e3:.0f} ms "
+              f"wall, device busy {prof['device_busy_s'] * 1e3:.0f} ms", flush=True)
+        print(prof["table"], flush=True)
     if "run" in parts:
         runs = {d: short_run(d, args.rounds) for d in devices}
         tail = max(3, args.rounds // 4)

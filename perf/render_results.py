@@ -28,11 +28,12 @@ OUT = c.PERF / "RESULTS.md"
 #: not named here follow in name order.
 ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_sps",
          "learner_bench", "learner_bench_xeon_amx", "atari_curve_pong_appo_h200",
+         "atari_curve_pong_appo_h200_bf16_int8_seed3",
          "atari_curve_pong_appo_cpu", "atari_curve_pong_appo_cpu_seed2",
          "atari_curve_pong_appo_cpu_bf16", "atari_curve_pong_appo_cpu_bf16_int8",
-         "atari_curve_pong_appo_cpu_bf16_int8_seed2",
+         "atari_curve_pong_appo_cpu_bf16_int8_seed2", "atari_curve_pong_appo_cpu_bf16_int8_long_seed3",
          "atari_curve_spaceinvaders_appo_cpu",
-         "gpu_check", "boost_budget", "boost_paper",
+         "gpu_check", "gpu_check_bf16", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
          "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3",
          "boost_premise_walker2d", "load",
@@ -40,7 +41,8 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
 #: Result name -> the perf module whose ``render(data)`` recomputes its tables from the rows.
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
-             "boost_budget": "boost", "gpu_check": "gpu_check", "atari_sps": "atari_sps",
+             "boost_budget": "boost", "gpu_check": "gpu_check",
+             "gpu_check_bf16": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
              "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
              "boost_premise_walker2d": "boost_premise"}
