@@ -32,7 +32,8 @@ from algos.core import LearnerCore, NetworkConfig, set_learning_rate
 from algos.ppo import explained_variance
 
 __all__ = ["SequenceForward", "VTraceConfig", "VTraceCore", "forward_sequences", "lag_parts",
-           "make_sequence_batch", "sequence_forward", "vtrace", "vtrace_loss"]
+           "make_sequence_batch", "reverse_linear_scan", "sequence_forward", "vtrace",
+           "vtrace_loss"]
 
 
 @torch.no_grad()
@@ -59,17 +60,30 @@ def vtrace(
     values_t_plus_1 = torch.cat([values[1:], bootstrap_value.unsqueeze(0)], dim=0)
     deltas = clipped_rhos * (rewards + discounts * values_t_plus_1 - values)
 
-    # v_s - V(x_s), accumulated backwards from the end of the fragment (where it is 0).
-    vs_minus_v_xs = torch.zeros_like(values)
-    acc = torch.zeros_like(bootstrap_value)
-    for t in reversed(range(values.shape[0])):
-        acc = deltas[t] + discounts[t] * cs[t] * acc
-        vs_minus_v_xs[t] = acc
-    vs = vs_minus_v_xs + values
+    vs = reverse_linear_scan(discounts * cs, deltas) + values
 
     vs_t_plus_1 = torch.cat([vs[1:], bootstrap_value.unsqueeze(0)], dim=0)
     pg_advantages = clipped_rhos * (rewards + discounts * vs_t_plus_1 - values)
     return vs, pg_advantages
+
+
+def reverse_linear_scan(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """x [T, ...] with x_t = b_t + a_t * x_{t+1} and x_T = 0: here v_s - V(x_s) of eq. (1).
+
+    A step-by-step loop launches ~4 operations per time step, a few thousand tiny kernels per
+    update that leave a GPU idle while the host queues them. Recursive doubling (Hillis and
+    Steele) gets the same sums in log2(T) rounds of whole-tensor operations: after the round
+    with offset k, each (a_t, b_t) folds in the next 2k steps, x_t = b_t + a_t * x_{t+2k}. It
+    multiplies only the a's themselves (no division, so a zero discount at an episode's end
+    stays exact) and adds the same terms as the loop in another order.
+    """
+    a, b = a.clone(), b.clone()
+    offset, steps = 1, a.shape[0]
+    while offset < steps:
+        b[:-offset] += a[:-offset] * b[offset:]
+        a[:-offset] *= a[offset:].clone()
+        offset *= 2
+    return b
 
 
 # ---- what IMPALA and APPO share: sequence batches, their forward pass, the update loop -------

@@ -57,10 +57,13 @@ def reference_vs(mu, pi, r, v, boot, disc, rho_bar, c_bar):
     return vs, rho * (r + disc * vs_next - v)
 
 
-@pytest.mark.parametrize(("rho_bar", "c_bar"), [(1.0, 1.0), (2.0, 0.5), (0.7, 1.3)])
-def test_matches_the_papers_sum_form(rho_bar: float, c_bar: float) -> None:
+@pytest.mark.parametrize(("rho_bar", "c_bar", "T"), [
+    (1.0, 1.0, 7), (2.0, 0.5, 7), (0.7, 1.3, 7),
+    # lengths around the recursive doubling's powers of two, and one step
+    (1.0, 1.0, 1), (1.0, 1.0, 2), (1.3, 0.9, 64), (1.3, 0.9, 128), (1.0, 1.0, 129)])
+def test_matches_the_papers_sum_form(rho_bar: float, c_bar: float, T: int) -> None:
     rng = np.random.default_rng(3)
-    T, B = 7, 5
+    B = 5
     mu, pi = rng.normal(-1, 0.5, (T, B)), rng.normal(-1, 0.5, (T, B))
     r, v, boot = rng.normal(size=(T, B)), rng.normal(size=(T, B)), rng.normal(size=B)
     disc = 0.95 * (rng.random((T, B)) > 0.2)
