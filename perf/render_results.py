@@ -33,7 +33,7 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
          "atari_curve_pong_appo_cpu_bf16", "atari_curve_pong_appo_cpu_bf16_int8",
          "atari_curve_pong_appo_cpu_bf16_int8_seed2", "atari_curve_pong_appo_cpu_bf16_int8_long_seed3",
          "atari_curve_spaceinvaders_appo_cpu",
-         "gpu_check", "gpu_check_bf16", "boost_budget", "boost_paper",
+         "gpu_check", "gpu_check_bf16", "gpu_check_scan", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
          "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3",
          "boost_premise_walker2d", "load",
@@ -42,7 +42,7 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
 RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "fanout": "fanout", "dataplane": "dataplane", "boost_paper": "boost",
              "boost_budget": "boost", "gpu_check": "gpu_check",
-             "gpu_check_bf16": "gpu_check", "atari_sps": "atari_sps",
+             "gpu_check_bf16": "gpu_check", "gpu_check_scan": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
              "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
              "boost_premise_walker2d": "boost_premise"}
