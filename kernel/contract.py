@@ -1,10 +1,11 @@
 """The contract between the kernel and its plugins, checked when a plugin is built.
 
-``ROLE_SPECS`` says, for each kind of plugin, the methods the kernel must be able to call and
-the optional capabilities with what the kernel assumes when a plugin has none. ``Bound`` is a
-plugin seen through that spec: the kernel calls plugins only through it, so what a plugin may
-implement is written down once, here, and a plugin that lacks a required method fails at build
-time with one line naming it and the method (pluggy's habit of checking hooks at registration).
+The protocols in ``kernel/roles.py`` are the contract: ``ROLE_SPECS`` reads from each the
+methods the kernel must be able to call and the optional capabilities (``Capability``) with
+what the kernel assumes when a plugin has none. ``Bound`` is a plugin seen through that spec:
+the kernel calls plugins only through it, so what a plugin may implement is written down once,
+in its protocol, and a plugin that lacks a required method fails at build time with one line
+naming it and the method (pluggy's habit of checking hooks at registration).
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Protocol
 
-from kernel.roles import Unreachable
+from kernel import roles
+from kernel.roles import Capability, Unreachable
 
 
 class PluginContractError(Exception):
@@ -32,74 +34,43 @@ class PluginCrashed(Exception):
         self.error = error
 
 
-async def _nothing_async(*_: Any, **__: Any) -> None:
-    return None
-
-
-def _nothing(*_: Any, **__: Any) -> None:
-    return None
-
-
-def _no_counters() -> dict[str, Any]:
-    return {}
-
-
 @dataclass(frozen=True, slots=True)
 class RoleSpec:
-    """What the kernel calls on a plugin of one kind: the methods it must have, and the
-    optional capabilities with the behaviour the kernel assumes when a plugin has none."""
+    """What the kernel calls on a plugin of one kind, read off its protocol: the methods it
+    must have, and the optional capabilities with the behaviour the kernel assumes when a
+    plugin has none."""
 
     protocol: str
     required: tuple[str, ...]
     optional: Mapping[str, Any] = field(default_factory=dict)
 
 
-#: Optional on every role: lifecycle hooks and checkpoint state.
-_LIFECYCLE = {"start": _nothing, "close": _nothing, "state": _nothing, "load_state": _nothing}
+def role_spec(protocol: type) -> RoleSpec:
+    """A protocol's members, base classes first: a method is required, a ``Capability`` is
+    optional with its default (a role may make a lifecycle capability required, as the
+    learner does ``state``)."""
+    required: dict[str, None] = {}
+    optional: dict[str, Any] = {}
+    for klass in reversed(protocol.__mro__):
+        if klass is object or klass is Protocol or not getattr(klass, "_is_protocol", False):
+            continue
+        for attr, value in vars(klass).items():
+            if attr.startswith("_"):
+                continue
+            if isinstance(value, Capability):
+                optional[attr] = value.default
+                required.pop(attr, None)
+            elif callable(value):
+                required[attr] = None
+                optional.pop(attr, None)
+    return RoleSpec(protocol.__name__, tuple(required), optional)
 
-ROLE_SPECS: dict[str, RoleSpec] = {
-    "algo": RoleSpec("Learner", ("actor_spec", "weights", "update", "state", "load_state"), {
-        **_LIFECYCLE,
-        # Reject a batch whose data does not fit the run before it reaches the math.
-        "check_batch": _nothing,
-        # The env spec every invocation carries (the algorithm adds what its actors need,
-        # e.g. gamma for reward normalisation); None passes the plan's env section on as is.
-        "env_spec": _nothing,
-        # Pipelined rounds may then ask for weights part-way through an update.
-        "supports_snapshots": False,
-    }),
-    "actors": RoleSpec("ActorBackend", ("invoke",), {
-        **_LIFECYCLE,
-        # Raise Unreachable within seconds when the platform cannot be reached.
-        "preflight": _nothing_async,
-        "counters": _no_counters,
-        # Account round time as N concurrent cloud functions (local backend).
-        "simulate": False,
-        "simulated_actor_s": _nothing,
-    }),
-    "transport": RoleSpec("Transport", ("public_spec", "publish_weights", "deliver",
-                                        "next_batch", "ack"), {
-        **_LIFECYCLE,
-        "preflight": _nothing_async,
-        "counters": _no_counters,
-    }),
-    "scaler": RoleSpec("Scaler", ("decide",), {
-        **_LIFECYCLE,
-        "last_detail": {},
-        # Reads the round's measurements (probes, returns): the next fan-out waits for its
-        # decision. A scaler that does not can be asked ahead, when an overlapped fan-out
-        # starts part-way through an update.
-        "adaptive": True,
-    }),
-    # ``every``: measure every k rounds (None: as the plan's probe entry says).
-    "probe": RoleSpec("Probe", ("measure",), {**_LIFECYCLE, "every": None}),
-    "cost": RoleSpec("CostModel", ("charge", "estimate_round_usd"), {
-        **_LIFECYCLE,
-        "estimate_first_round_usd": _nothing,
-        "estimate_actor_usd": _nothing,
-    }),
-    "sink": RoleSpec("Sink", ("handle",), {**_LIFECYCLE, "flush": _nothing}),
-}
+
+#: Each kind of plugin and the protocol in kernel/roles.py it is checked against.
+ROLE_SPECS: dict[str, RoleSpec] = {kind: role_spec(protocol) for kind, protocol in {
+    "algo": roles.Learner, "actors": roles.ActorBackend, "transport": roles.Transport,
+    "scaler": roles.Scaler, "probe": roles.Probe, "cost": roles.CostModel, "sink": roles.Sink,
+}.items()}
 
 
 class Bound:

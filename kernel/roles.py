@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -118,8 +118,38 @@ class InvocationFailed(Exception):
         return str(self.receipt.error)
 
 
-@runtime_checkable
-class Learner(Protocol):
+async def nothing_async(*_: Any, **__: Any) -> None:
+    """An optional coroutine a plugin does not have: awaiting it does nothing."""
+    return None
+
+
+def nothing(*_: Any, **__: Any) -> None:
+    """An optional hook a plugin does not have: calling it does nothing."""
+    return None
+
+
+def no_counters() -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True, slots=True)
+class Capability:
+    """An optional member of a role's protocol, and what the kernel assumes of a plugin that
+    lacks it. Every other public member of a protocol is required: a plugin without it fails
+    when it is built (``kernel/contract.py`` reads the protocols below, nothing else)."""
+
+    default: Any
+
+
+class Lifecycle(Protocol):
+    """Optional on every role: ``async start(ctx: PluginContext)`` before round 1, ``close()``
+    when the run ends (a coroutine for backends, transports and sinks), and checkpoint state:
+    ``state() -> dict`` to save, ``load_state(dict)`` to resume (codec-encodable)."""
+
+    start = close = state = load_state = Capability(nothing)
+
+
+class Learner(Lifecycle, Protocol):
     """The algorithm's learner. Every method but ``actor_spec`` may run in a worker thread."""
 
     def actor_spec(self) -> dict[str, Any]:
@@ -140,22 +170,36 @@ class Learner(Protocol):
     def load_state(self, state: Mapping[str, Any]) -> None:
         """Restore what ``state`` returned."""
 
+    #: ``check_batch(batch)`` raises on a batch whose data does not fit the run, before it
+    #: reaches the math.
+    check_batch = Capability(nothing)
+    #: ``env_spec() -> dict`` is the env spec every invocation carries (the algorithm adds what
+    #: its actors need, e.g. gamma for reward normalisation); None passes the env section on.
+    env_spec = Capability(nothing)
+    #: Pipelined rounds may then ask for weights part-way through an update.
+    supports_snapshots = Capability(False)
 
-class ActorBackend(Protocol):
+
+class ActorBackend(Lifecycle, Protocol):
     """Runs invocations. ``invoke`` is called once per actor per round, as concurrent tasks."""
-
-    async def start(self, ctx: PluginContext) -> None: ...
 
     async def invoke(self, invocation: Invocation) -> Receipt:
         """Run one invocation and return its receipt, or raise ``InvocationFailed``."""
 
-    async def close(self) -> None: ...
+    #: ``async preflight()`` raises ``Unreachable`` within seconds when the platform cannot be
+    #: reached.
+    preflight = Capability(nothing_async)
+    #: ``counters() -> dict`` of the backend's own counts (throttles, retries, ...).
+    counters = Capability(no_counters)
+    #: Account round time as N concurrent cloud functions (the local backend's simulate mode).
+    simulate = Capability(False)
+    #: ``simulated_actor_s(receipt) -> float | None``: an invocation's time in the simulated
+    #: cloud.
+    simulated_actor_s = Capability(nothing)
 
 
-class Transport(Protocol):
+class Transport(Lifecycle, Protocol):
     """The learner's side of the data plane: weights out, batches in."""
-
-    async def start(self, ctx: PluginContext) -> None: ...
 
     def public_spec(self) -> dict[str, Any]:
         """What an actor needs to reach this transport, with no secret in it."""
@@ -174,7 +218,8 @@ class Transport(Protocol):
     async def ack(self, message_ids: Sequence[str]) -> None:
         """Mark batches as used, so a restarted learner does not read them again."""
 
-    async def close(self) -> None: ...
+    preflight = Capability(nothing_async)
+    counters = Capability(no_counters)
 
 
 @dataclass(slots=True)
@@ -217,9 +262,16 @@ class ScaleContext:
     affordable: int | None = None
 
 
-class Scaler(Protocol):
+class Scaler(Lifecycle, Protocol):
     def decide(self, ctx: ScaleContext) -> int:
         """Actor count for the next round (the kernel clips it to [n_min, n_max])."""
+
+    #: What the last decision was made of (scores, signals), for the ScaleDecided event.
+    last_detail = Capability({})
+    #: Reads the round's measurements (probes, returns): the next fan-out waits for its
+    #: decision. A scaler that does not can be asked ahead, when an overlapped fan-out starts
+    #: part-way through an update.
+    adaptive = Capability(True)
 
 
 @dataclass(slots=True)
@@ -230,9 +282,9 @@ class ProbeContext:
     seed: int
 
 
-class Probe(Protocol):
-    #: Measure every ``every`` rounds (1 = each round).
-    every: int
+class Probe(Lifecycle, Protocol):
+    #: Measure every ``every`` rounds (1 = each round; None: as the plan's probe entry says).
+    every = Capability(None)
 
     def measure(self, ctx: ProbeContext) -> dict[str, float]:
         """Runs in a worker thread. Return named scalars. A probe whose descriptor marks it
@@ -240,7 +292,7 @@ class Probe(Protocol):
         feeds the summary's best/final eval return and the ``target_return`` stop rule."""
 
 
-class CostModel(Protocol):
+class CostModel(Lifecycle, Protocol):
     """Prices rounds. ``estimate_round_usd`` is the run's one estimate of what a round costs:
     the budget allocator sizes every round with it, so it must not be below what ``charge``
     will bill for the same round."""
@@ -248,20 +300,22 @@ class CostModel(Protocol):
     def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
         """Dollar charges of one round by item (``actors_usd``, ``learner_usd``, ...)."""
 
-    def estimate_actor_usd(self, record: RoundRecord | None) -> float | None:
-        """Expected cost of one more actor in a round like ``record`` (for budget caps)."""
-
     def estimate_round_usd(self, record: RoundRecord, actors: int) -> float:
         """Expected cost of a round like ``record`` run with ``actors`` actors."""
 
-    def estimate_first_round_usd(self, actors: int) -> float | None:
-        """Optional: the price of a first round, before anything was measured."""
+    #: ``estimate_actor_usd(record) -> float | None``: expected cost of one more actor in a
+    #: round like ``record`` (scalers read it to plan ahead).
+    estimate_actor_usd = Capability(nothing)
+    #: ``estimate_first_round_usd(actors) -> float | None``: the price of a first round,
+    #: before anything was measured.
+    estimate_first_round_usd = Capability(nothing)
 
 
-class Sink(Protocol):
+class Sink(Lifecycle, Protocol):
     async def handle(self, event: Any) -> None: ...
 
-    async def close(self) -> None: ...
+    #: ``flush()`` writes what is buffered (at checkpoints and on stop).
+    flush = Capability(nothing)
 
 
 @dataclass(slots=True)

@@ -76,3 +76,33 @@ def test_every_builtin_plugin_meets_its_protocol() -> None:
             continue  # a function factory: its product is checked when a run builds it
         missing = [m for m in ROLE_SPECS[plugin.kind].required if not hasattr(factory, m)]
         assert not missing, f"{plugin.kind}/{plugin.name} lacks {missing}"
+
+
+def test_the_protocols_are_the_contract() -> None:
+    """A role's spec is read off its protocol: methods are required, a ``Capability`` is
+    optional with its default, and a role may make a lifecycle capability required."""
+    from typing import Protocol
+
+    from kernel.contract import role_spec
+    from kernel.roles import Capability, Lifecycle, nothing
+
+    class Reader(Lifecycle, Protocol):
+        def read(self) -> int: ...
+
+        def state(self) -> dict: ...
+
+        peek = Capability(nothing)
+        eager = Capability(False)
+
+    spec = role_spec(Reader)
+    assert spec.protocol == "Reader"
+    assert set(spec.required) == {"read", "state"}
+    assert spec.optional == {"start": nothing, "close": nothing, "load_state": nothing,
+                             "peek": nothing, "eager": False}
+    # The transport's weights_payload, which the local backend reads, is in its protocol and
+    # so required: a transport without it fails when built, not in the first round.
+    assert "weights_payload" in ROLE_SPECS["transport"].required
+    with pytest.raises(PluginContractError, match="lacks weights_payload"):
+        Bound("transport", "half", type("Half", (), {
+            m: (lambda self: None) for m in ROLE_SPECS["transport"].required
+            if m != "weights_payload"})())
