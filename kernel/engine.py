@@ -34,7 +34,7 @@ from kernel.bus import Bus, Policy
 from kernel.contract import Bound, PluginCrashed, PluginName, ProbeSlot, Roles, blame
 from kernel.coordinator import Coordinator
 from kernel.overlapped import OverlappedRounds
-from kernel.plan import apply_overrides, load_plan, read_toml
+from kernel.plan import apply_overrides, fixed_on_resume, load_plan, read_toml
 from kernel.registry import Registry, default_registry
 from kernel.roles import PluginContext
 from kernel.run_state import RunState, StopRules, summary_of
@@ -122,7 +122,7 @@ class Engine:
         saved = read_toml(run_dir / "plan.toml")
         changed = copy.deepcopy(saved)
         apply_overrides(changed, overrides)
-        rundir.check_resume_fits(saved, changed)
+        rundir.check_resume_fits(saved, changed, fixed_on_resume(registry, saved, changed))
         plan = load_plan(run_dir / "plan.toml", overrides, registry)
         return cls(plan, out_dir=run_dir, registry=registry, resume=body)
 
@@ -195,9 +195,7 @@ class Engine:
         self._roles = Roles(
             learner=learner, actors=actors, transport=transport, scaler=scaler, cost=cost,
             probes=probes,
-            env_spec=env_spec if env_spec is not None else {
-                k: v for k, v in plan["env"].items() if k != "provider"},
-        )
+            env_spec=env_spec if env_spec is not None else dict(plan["env"]))
         # Reachability before anything is trained or billed: a missing endpoint or Redis is a
         # one-line error in seconds, not an empty run.
         for role in (transport, actors):

@@ -59,9 +59,9 @@ STOP = {
 }
 ENV = {
     "provider": Field("str", "gymnasium", "env plugin: it declares the rest of this section "
-                      "and builds the environments from it."),
+                      "and builds the environments from it.", fixed_on_resume=True),
 }
-ALGO = {"name": Field("str", "ppo", "algo plugin.")}
+ALGO = {"name": Field("str", "ppo", "algo plugin.", fixed_on_resume=True)}
 ACTORS = {
     "backend": Field("str", "local", "actors plugin: local, lambda."),
     "count": Field("int", 1, "Actors in round 1 (and every round with the fixed scaler).", min=1),
@@ -117,6 +117,24 @@ LISTS: dict[str, tuple[dict[str, Field], str, list[dict[str, Any]]]] = {
     "probes": (PROBE_ITEM, "probe", [{"name": "eval", "every": 10}]),
     "sinks": (LIST_ITEM, "sink", [{"name": "console"}]),
 }
+
+
+def fixed_on_resume(registry: Registry, *plans: Mapping[str, Any]) -> set[str]:
+    """Key paths (``env.id``, ``algo.hidden_sizes``, ...) that a resume may not change, as the
+    core sections and the plans' plugins mark their fields (``Field.fixed_on_resume``). Read
+    from raw tables too: a key a table leaves out names its default plugin."""
+    keys: set[str] = set()
+    for plan in plans:
+        for section, (core, kind, selector) in SECTIONS.items():
+            fields = dict(core)
+            if kind is not None and selector is not None:
+                data = plan.get(section)
+                name = (data if isinstance(data, Mapping) else {}).get(
+                    selector, core[selector].default)
+                if name in registry.names(kind):
+                    fields.update(registry.get(kind, name).config)
+            keys.update(f"{section}.{key}" for key, f in fields.items() if f.fixed_on_resume)
+    return keys
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict[str, Any]:

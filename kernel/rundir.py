@@ -13,7 +13,7 @@ import json
 import os
 import secrets
 import shutil
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -27,11 +27,6 @@ from kernel.schema import PlanError, describe
 #: What a run writes into its directory; ``force`` clears these (and only these) before a new
 #: run takes over a directory, so no old checkpoint can be resumed as if it were the new run's.
 RUN_FILES = ("plan.toml", "events.jsonl", "log.jsonl", "summary.json")
-#: Plan keys a resume may not change: they fix what the checkpoint's model sees and computes
-#: (the env and so its observation and action spaces, the algorithm, the network's shape).
-#: ``env.num_envs`` is free: envs per actor change the batch, not the model.
-FIXED_ON_RESUME = ("env.", "algo.name", "algo.hidden_sizes", "algo.activation")
-FREE_ON_RESUME = ("env.num_envs",)
 #: Sink keys that name a file or folder in the run directory.
 SINK_PATH_KEYS = ("path", "dir")
 
@@ -104,15 +99,16 @@ def _flat(table: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def check_resume_fits(saved: dict[str, Any], plan: dict[str, Any]) -> None:
-    """Refuse overrides that change what the checkpoint's model was trained on or for."""
-    before = _flat({"env": saved.get("env", {}), "algo": saved.get("algo", {})})
-    after = _flat({"env": plan.get("env", {}), "algo": plan.get("algo", {})})
+def check_resume_fits(saved: dict[str, Any], plan: dict[str, Any],
+                      fixed: Collection[str]) -> None:
+    """Refuse overrides that change what the checkpoint's model was trained on or for:
+    the key paths in ``fixed`` (``kernel.plan.fixed_on_resume``) and the keys inside them."""
+    before = _flat({k: v for k, v in saved.items() if isinstance(v, Mapping)})
+    after = _flat({k: v for k, v in plan.items() if isinstance(v, Mapping)})
     for key in sorted(set(before) | set(after)):
-        if before.get(key) == after.get(key) or key in FREE_ON_RESUME:
+        if before.get(key) == after.get(key):
             continue
-        if any(key == fixed or (fixed.endswith(".") and key.startswith(fixed))
-               for fixed in FIXED_ON_RESUME):
+        if key in fixed or any(key.startswith(f"{path}.") for path in fixed):
             raise PlanError(
                 key, f"the checkpoint's value {describe(before.get(key))}", after.get(key),
                 note="a resume continues the same env, spaces and algorithm; start a new run "

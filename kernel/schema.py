@@ -82,6 +82,9 @@ class Field:
     choices: tuple[Any, ...] | None = None
     #: ``min`` is exclusive (``> 0`` rather than ``>= 0``).
     min_exclusive: bool = False
+    #: A resume may not change it: it fixes what the checkpoint's model sees or computes
+    #: (the env and so its spaces, the algorithm, the network's shape).
+    fixed_on_resume: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in _TYPE_WORDS:

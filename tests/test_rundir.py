@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from kernel import rundir
 from kernel.plan import load_plan
 from kernel.schema import PlanError
 from tests.conftest import ROOT, run_cli
@@ -134,3 +135,28 @@ def test_sink_files_stay_inside_the_run_directory(tmp_path: Path, path: str) -> 
                      "--set", f'sinks=[{{name = "csv", path = "{path}"}}]')
     _refused(result, "sinks[0].path", "inside the run directory")
     assert not out.exists() and not (tmp_path / "escape.csv").exists()
+
+
+def test_what_a_resume_keeps_is_declared_by_the_plugins_fields() -> None:
+    """The kernel names no env or algorithm key: the core selectors and the plugins' own
+    ``Field(fixed_on_resume=True)`` say what a resume may not change."""
+    from kernel.plan import fixed_on_resume
+    from kernel.registry import Plugin, Registry, default_registry
+    from kernel.schema import Field
+
+    keys = fixed_on_resume(default_registry(), {"env": {"id": "CartPole-v1"}})
+    assert {"env.provider", "env.id", "env.kwargs", "algo.name", "algo.hidden_sizes",
+            "algo.activation"} <= keys
+    assert "env.num_envs" not in keys and "algo.learning_rate" not in keys
+
+    registry = Registry()
+    registry.register(Plugin("grid", "env", "a:b", config={
+        "size": Field("int", 8, fixed_on_resume=True), "workers": Field("int", 1)}))
+    keys = fixed_on_resume(registry, {"env": {"provider": "grid"}})
+    assert "env.size" in keys and "env.workers" not in keys
+    saved = {"env": {"provider": "grid", "size": 8, "workers": 1}}
+    rundir.check_resume_fits(saved, {"env": {"provider": "grid", "size": 8, "workers": 4}},
+                             keys)
+    with pytest.raises(PlanError, match="env.size"):
+        rundir.check_resume_fits(saved, {"env": {"provider": "grid", "size": 9, "workers": 1}},
+                                 keys)

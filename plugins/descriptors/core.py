@@ -7,8 +7,10 @@ from kernel.schema import Field
 
 #: The actor-critic network's fields, shared by every algorithm that builds `algos.nets`.
 NETWORK_FIELDS = {
-    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs."),
-    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu")),
+    "hidden_sizes": Field("list[int]", [64, 64], "Hidden layer sizes of the MLPs.",
+                          fixed_on_resume=True),
+    "activation": Field("str", "tanh", "MLP activation.", choices=("tanh", "relu"),
+                        fixed_on_resume=True),
     "cnn_dtype": Field("str", "float32", "Compute dtype of the learner's Nature-CNN trunk: "
                        "bfloat16 (autocast) makes updates 2-3x faster on a CPU with native "
                        "bfloat16 (AMX, AVX512-BF16) and slower on one without; weights, heads "
@@ -64,21 +66,28 @@ LOCAL_CONFIG = {
 }
 
 #: The env section as the gymnasium provider reads it (the kernel only knows env.provider).
+#: A resume keeps the env, and so the spaces and statistics its checkpoint was trained on;
+#: only the envs per actor may change (they change the batch, not the model).
 GYMNASIUM_CONFIG = {
-    "id": Field("str", doc="Environment id, e.g. CartPole-v1, Hopper-v5, ALE/Pong-v5."),
+    "id": Field("str", doc="Environment id, e.g. CartPole-v1, Hopper-v5, ALE/Pong-v5.",
+                fixed_on_resume=True),
     "num_envs": Field("int", 4, "Vectorised envs per actor.", min=1, max=4096),
-    "kwargs": Field("table", {}, "Keyword arguments for gymnasium.make."),
+    "kwargs": Field("table", {}, "Keyword arguments for gymnasium.make.", fixed_on_resume=True),
     "normalize_obs": Field("bool", None, "Running observation normalisation (default: on for "
                            "vector observations, off for image frames, which the CNN scales "
-                           "itself; true on frames is refused)."),
-    "normalize_reward": Field("bool", True, "Scale rewards by the discounted-return std."),
+                           "itself; true on frames is refused).", fixed_on_resume=True),
+    "normalize_reward": Field("bool", True, "Scale rewards by the discounted-return std.",
+                              fixed_on_resume=True),
     "clip_obs": Field("float", 10.0, "Clip normalised observations to [-c, c].", min=0,
-                      min_exclusive=True),
-    "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1),
+                      min_exclusive=True, fixed_on_resume=True),
+    "max_episode_steps": Field("int", None, "Override the env's time limit.", min=1,
+                               fixed_on_resume=True),
     "clip_reward": Field(
-        "bool", None, "Clip training rewards to their sign (default: on for ALE ids only)."),
+        "bool", None, "Clip training rewards to their sign (default: on for ALE ids only).",
+        fixed_on_resume=True),
     "imports": Field("list[str]", [], "Modules to import first: packages that register their "
-                     "envs on import (an id may also name its module, as in mod:MyEnv-v0)."),
+                     "envs on import (an id may also name its module, as in mod:MyEnv-v0).",
+                     fixed_on_resume=True),
 }
 MEMORY_CONFIG = {"keep_versions": Field("int", 3, "Weight versions kept.", min=1)}
 
