@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from kernel.plan import SECTIONS
 from kernel.registry import default_registry
 from kernel.roles import PluginContext
 from kernel.schema import Field, defaults
@@ -95,33 +96,136 @@ def test_every_algo_plugin_of_ours_is_checked() -> None:
 
 # -- plugins read their section by key -----------------------------------------------------------
 
-#: Files whose plugins read only validated sections by key (``cfg["key"]``).
+#: Files whose plugins read validated sections by key (``cfg["key"]``, ``plan["run"]["name"]``).
 BY_KEY = [*(f"plugins/scalers/{m}.py" for m in ("base", "curvature", "noise", "reward",
                                                   "schedules", "validation")),
           "plugins/probes/evaluation.py", "plugins/probes/hessian.py",
-          "plugins/learners/onpolicy.py", "plugins/cost/aws.py", "plugins/cost/prototype.py",
-          "plugins/sinks/jsonl_file.py", "plugins/sinks/csv_file.py",
-          "plugins/sinks/tensorboard_file.py", "plugins/transports/memory.py",
-          "plugins/transports/redis_stream.py"]
-CONFIG_NAMES = {"cfg", "config", "stop"}
+          "plugins/learners/onpolicy.py", "plugins/actors/aws_lambda.py",
+          *(f"plugins/cost/{m}.py" for m in ("aws", "prototype", "time_model")),
+          *(f"plugins/sinks/{m}.py" for m in ("console", "csv_file", "jsonl_file", "metrics",
+                                              "mlflow_run", "tensorboard_file", "wandb_run")),
+          "plugins/transports/memory.py", "plugins/transports/redis_stream.py"]
+#: Tables validation fills completely: a plugin's own section (``cfg``, ``config``), the
+#: resolved plan (every section is there, ``plan.get("env")`` is a fallback too) and the
+#: kernel's sections no plugin adds keys to (run, stop, checkpoint).
+CONFIG_NAMES = {"cfg", "config", "plan"} | {
+    section for section, (_, kind, _) in SECTIONS.items() if kind is None}
+#: Sections holding the kernel's keys and their plugin's (actors: the backend's keys): a
+#: kernel key is always there, a key another plugin declares may be missing (read it with
+#: ``.get(key)``; what stands in for it must not be a copy of a declared default).
+MIXED_SECTIONS = {section: (core, kind) for section, (core, kind, _) in SECTIONS.items()
+                  if kind is not None}
+
+
+def _owner(node: ast.expr) -> str:
+    """The table a ``.get`` reads: ``cfg``, ``ctx.config``, ``self.stop``, ``plan["actors"]``
+    or ``plan.get("run", {})`` (the last two name the section)."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+        return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    if isinstance(node, ast.Call) and _is_get(node) and node.args:
+        key = node.args[0]
+        return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else ""
+    return ""
+
+
+def _is_get(node: ast.AST) -> bool:
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "get")
+
+
+def _literal(node: ast.expr) -> tuple[bool, Any]:
+    try:
+        return True, ast.literal_eval(node)
+    except ValueError:
+        return False, None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal as plan values: ``1769 == 1769.0``, but ``0`` is not ``False``."""
+    return (isinstance(a, bool) == isinstance(b, bool)) and a == b
+
+
+def declared_defaults(section: str, key: str) -> list[Any]:
+    """Every default declared for ``section.key``: the kernel's, and each plugin's of the kind
+    the section selects."""
+    core, kind = MIXED_SECTIONS[section]
+    fields = [core.get(key)] + [p.config.get(key) for p in default_registry().all()
+                                if p.kind == kind]
+    return [f.default for f in fields if f is not None and not f.required]
 
 
 def _fallbacks(path: Path) -> list[str]:
-    """``cfg.get("key", default)``, ``ctx.config.get(...)`` and ``self.stop.get(...)``."""
-    hits = []
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "get"):
+    """Reads of a validated table that would hide a missing key: any ``.get`` on a table
+    validation fills (``cfg.get("key", default)``, ``ctx.config.get(...)``, ``self.stop.get``,
+    ``ctx.plan.get("env", {})``); on a section mixing kernel and plugin keys, ``.get`` of a
+    kernel key (``actors.get("backend", "local")``) or with a copy of a declared default
+    (``actors.get("memory_mb") or 1769``)."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    #: get call -> the literal an ``or`` chain falls back to after it
+    fallback: dict[ast.Call, ast.expr] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
+            for value in node.values[:-1]:
+                if _is_get(value):
+                    fallback[value] = node.values[-1]  # type: ignore[index]
+    hits: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if not _is_get(node):
             continue
-        owner = node.func.value
-        name = owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", "")
-        if name in CONFIG_NAMES:
-            hits.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
-    return hits
+        assert isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        name = _owner(node.func.value)
+        hit = name in CONFIG_NAMES
+        if name in MIXED_SECTIONS and node.args and isinstance(node.args[0], ast.Constant):
+            key = node.args[0].value
+            stand_ins = [*node.args[1:], *(k.value for k in node.keywords)]
+            if node in fallback:
+                stand_ins.append(fallback[node])
+            copies = [value for ok, value in map(_literal, stand_ins) if ok
+                      and any(_same(value, d) for d in declared_defaults(name, key))]
+            hit = key in MIXED_SECTIONS[name][0] or bool(copies)
+        if hit:
+            hits.append((node.lineno, f"{path.name}:{node.lineno} {ast.unparse(node)}"))
+    return [text for _, text in sorted(hits, key=lambda h: h[0])]
 
 
 def test_plugins_read_validated_sections_by_key() -> None:
     assert [hit for name in BY_KEY for hit in _fallbacks(ROOT / name)] == []
+
+
+def test_the_fallbacks_that_drift_are_caught(tmp_path: Path) -> None:
+    source = tmp_path / "plugin.py"
+    source.write_text(
+        "def f(ctx, cfg, actors, env, stop, p):\n"
+        "    a = ctx.plan.get('run', {}).get('name', 'nitro')\n"
+        "    b = actors.get('backend', 'local')\n"
+        "    c = actors.get('memory_mb') or 1769\n"
+        "    d = cfg.get('deadline_s')\n"
+        "    e = stop.get('max_rounds')\n"
+        "    f = ctx.plan['actors'].get('workers')\n"
+        "    g = actors.get('simulate', False)\n"
+        "    h = env.get('kwargs', {})\n"
+        "    # fine: another plugin's key, with no copy of its default\n"
+        "    i = actors.get('memory_mb') or MEMORY_MB\n"
+        "    j = actors.get('sim_cold_start_s') or 0.0\n"
+        "    k = ctx.plan['env'].get('num_envs')\n"
+        "    m = p.get('name', 'x')\n",
+        encoding="utf-8")
+    assert _fallbacks(source) == [
+        "plugin.py:2 ctx.plan.get('run', {}).get('name', 'nitro')",
+        "plugin.py:2 ctx.plan.get('run', {})",
+        "plugin.py:3 actors.get('backend', 'local')",
+        "plugin.py:4 actors.get('memory_mb')",
+        "plugin.py:5 cfg.get('deadline_s')",
+        "plugin.py:6 stop.get('max_rounds')",
+        "plugin.py:7 ctx.plan['actors'].get('workers')",
+        "plugin.py:8 actors.get('simulate', False)",
+        "plugin.py:9 env.get('kwargs', {})",
+    ]
 
 
 def test_a_hand_made_scaler_config_takes_the_descriptors_defaults(

@@ -7,26 +7,32 @@ from typing import Any
 import numpy as np
 import pytest
 
-from kernel.plan import COST
+from kernel.plan import COST, load_plan
 from kernel.roles import PluginContext, Receipt, RoundRecord
 from kernel.schema import validate_table
 from plugins.actors.local import LocalBackend
 from plugins.cost.aws import GB_S_USD, PRICES_READ, REQUEST_USD, AwsCost
 from plugins.cost.prototype import PrototypeCost
-from plugins.descriptors.boost import AWS_COST_CONFIG, PROTOTYPE_COST_CONFIG
+from plugins.descriptors.boost import PROTOTYPE_COST_CONFIG
 
 X86, ARM = 0.0000166667, 0.0000133334
 
 
 def cost_model(plan_actors: dict[str, Any] | None = None, *, transport: str = "memory",
                plan_more: dict[str, Any] | None = None, **config: Any) -> AwsCost:
-    """The model as a run builds it: its plan section validated against its declared keys
-    (``plan_more``: other sections of the plan it reads)."""
-    plan = {"actors": {"memory_mb": 1024, "sim_cold_start_s": 1.0, **(plan_actors or {})},
-            "transport": {"kind": transport}, **(plan_more or {})}
-    cfg = validate_table("cost", {"name": "aws", **config}, {**COST, **AWS_COST_CONFIG})
-    return AwsCost(PluginContext(name="aws", config=cfg, plan=plan, run_id="t", run_dir=None,
-                                 seed=0, bus=None))
+    """The model as a run builds it: from a resolved plan (``plan_actors``: keys of its actors
+    section, ``plan_more``: other sections, merged into the plan's), its own section in it."""
+    raw: dict[str, Any] = {
+        "env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 1},
+        "actors": {"memory_mb": 1024, "sim_cold_start_s": 1.0, **(plan_actors or {})},
+        "transport": {"kind": transport} if transport != "redis"
+        else {"kind": "redis", "url": "redis://localhost:6379/0"},
+        "cost": {"name": "aws", **config}}
+    for section, value in (plan_more or {}).items():
+        raw[section] = {**raw[section], **value} if isinstance(value, dict) else value
+    plan = load_plan(raw)
+    return AwsCost(PluginContext(name="aws", config=plan["cost"], plan=plan, run_id="t",
+                                 run_dir=None, seed=0, bus=None))
 
 
 def prototype_model(**config: Any) -> PrototypeCost:

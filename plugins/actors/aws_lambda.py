@@ -55,6 +55,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
+from kernel.plan import ACTORS
 from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, Unreachable
 from kernel.schema import defaults
 from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
@@ -104,8 +105,9 @@ def parse_report(log_result: str | None) -> dict[str, float]:
 class LambdaBackend:
     def __init__(self, ctx: PluginContext):
         # A plan's section arrives validated; a hand-made one (a benchmark, a test) is completed
-        # from the descriptor's own defaults, not from a second copy of them here.
-        cfg = {**defaults(LAMBDA_CONFIG), **ctx.config}
+        # from the declared defaults (the kernel's actors keys, this backend's), not from a
+        # second copy of them here.
+        cfg = {**defaults(ACTORS), **defaults(LAMBDA_CONFIG), **ctx.config}
         self.function = str(cfg["function"])
         self.region: str | None = cfg["region"]
         self.endpoint_url: str | None = cfg["endpoint_url"]
@@ -116,9 +118,8 @@ class LambdaBackend:
         self.max_retries = int(cfg["max_retries"])
         self.backoff_s = float(cfg["backoff_s"])
         self.backoff_max_s = float(cfg["backoff_max_s"])
-        # The invocation's own deadline, else the round's (a core actors key).
-        self.invoke_deadline_s = float(cfg["invoke_deadline_s"] or cfg.get("deadline_s") or
-                                       self.timeout_s)
+        # The invocation's own deadline, else the round's (a core actors key, always > 0).
+        self.invoke_deadline_s = float(cfg["invoke_deadline_s"] or cfg["deadline_s"])
         self.duplicate_fraction = float(cfg["duplicate_fraction"])
         self._rng = random.Random(ctx.seed + 104729)
         self._sem = asyncio.Semaphore(self.concurrency)

@@ -30,6 +30,7 @@ import numpy as np
 
 from kernel.roles import PluginContext, Receipt, RoundRecord
 from plugins.cost.time_model import TimeModel
+from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
 
 #: When the default prices below were read (aws.amazon.com/lambda/pricing, /ec2/pricing/on-demand,
 #: /elasticache/pricing; us-east-1, on-demand, Linux).
@@ -41,6 +42,9 @@ REQUEST_USD = 0.20 / 1_000_000
 LEARNER_USD_PER_H = {"cpu": 0.08925, "gpu": 3.06}
 #: The smallest ElastiCache node (cache.t4g.micro), $/h.
 REDIS_USD_PER_HOUR = 0.016
+#: Function memory billed when neither ``cost.memory_mb`` nor the actors backend names one (a
+#: backend without that key): what the ``lambda`` backend deploys by default.
+DEFAULT_MEMORY_MB = LAMBDA_CONFIG["memory_mb"].default
 
 #: Failure reasons of calls that never started a function: AWS bills nothing for a throttled
 #: or rejected request, but the engine cannot always tell, so these pay the request only.
@@ -111,12 +115,15 @@ class AwsCost:
         self.gb_s_usd = float(cfg["gb_s_usd"] or GB_S_USD[cfg["architecture"]])
         self.request_usd = float(cfg["request_usd"])
         self.learner_usd_per_h = learner_usd_per_h(cfg)
-        transport = ctx.plan.get("transport", {}).get("kind")
+        transport = ctx.plan["transport"]["kind"]
         self.redis_usd_per_hour = float(cfg["redis_usd_per_hour"]) if transport == "redis" \
             else 0.0
-        self.memory_gb = float(cfg["memory_mb"] or actors.get("memory_mb") or 1769) / 1024
+        # memory_mb, timeout_s, simulate and sim_cold_start_s are the actors backend's keys (a
+        # backend may have none of them); the rest of the section is the kernel's.
+        self.memory_gb = float(cfg["memory_mb"] or actors.get("memory_mb")
+                               or DEFAULT_MEMORY_MB) / 1024
         self.function_timeout_s = float(cfg["function_timeout_s"] or actors.get("timeout_s")
-                                        or actors.get("deadline_s") or 900.0)
+                                        or actors["deadline_s"])
         self.kind = str(cfg["actors_kind"])
         self.vm_usd_per_hour = float(cfg["vm_usd_per_hour"])
         self.vm_startup_s = float(cfg["vm_startup_s"])
@@ -127,15 +134,15 @@ class AwsCost:
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
         #: What the time model needs to price round 1 before anything ran: an invocation's env
         #: steps, and the longest the Hessian probe may take (its samples x its step cap).
-        env = ctx.plan.get("env") or {}
-        self.invocation_steps = int(actors.get("steps") or 0) * int(env.get("num_envs") or 1)
+        # num_envs is the env provider's key (gymnasium's); without it, one env per actor.
+        self.invocation_steps = int(actors["steps"]) * int(ctx.plan["env"].get("num_envs") or 1)
         self.probe_sample_steps = max(
-            (int(p.get("samples") or 0) * int(p.get("max_steps") or 0)
-             for p in ctx.plan.get("probes") or [] if p.get("name") == "hessian"), default=0)
+            (int(p["samples"]) * int(p["max_steps"])
+             for p in ctx.plan["probes"] if p["name"] == "hessian"), default=0)
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
         #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
-        self.simulate = bool(actors.get("simulate", False))
+        self.simulate = bool(actors.get("simulate"))
         self.sim_warm_pool = 0
         self.vms = 0  # VMs running after the last round (serverful baseline)
         keep = int(cfg["estimate_rounds"])

@@ -44,7 +44,7 @@ class TimeModel:
         """The model the cost section asks for, or None for measured durations."""
         if cfg["time_model"] == "measured":
             return None
-        missing = [k for k in KEYS if cfg.get(k) is None]
+        missing = [k for k in KEYS if cfg[k] is None]
         if missing:
             raise ValueError(f"time_model = 'model' needs cost.{', cost.'.join(missing)}")
         return cls(**{k.removeprefix("model_"): float(cfg[k]) for k in KEYS})

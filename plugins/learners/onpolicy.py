@@ -53,9 +53,9 @@ def _default_threads(spaces: Mapping[str, Any], actors: Mapping[str, Any] | None
     from plugins.actors.workers import default_worker_count
 
     cores = default_worker_count()  # the cores this process may run on
-    if actors is None or actors.get("backend", "local") != "local":
+    if actors is None or actors["backend"] != "local":
         return cores
-    workers = actors.get("workers") or cores
+    workers = actors["workers"] or cores  # 0: one worker per core
     return max(1, cores - workers)
 
 

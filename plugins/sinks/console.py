@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from kernel import events as ev
+from kernel.plan import STOP
 from kernel.roles import PluginContext
 from kernel.schema import defaults
 from plugins.descriptors.observe import CONSOLE_CONFIG
@@ -49,9 +50,11 @@ class RunProgress:
 
     @classmethod
     def from_plan(cls, plan: dict[str, Any]) -> RunProgress:
-        stop = plan.get("stop", {})
-        return cls(max_rounds=stop.get("max_rounds"), max_env_steps=stop.get("max_env_steps"),
-                   budget_usd=stop.get("budget_usd"), target_return=stop.get("target_return"))
+        """The resolved plan's stop rules; a hand-made ``stop`` table (a test) is completed
+        from the kernel's declaration of the section, not from a copy of its defaults here."""
+        stop = {**defaults(STOP), **plan["stop"]}
+        return cls(max_rounds=stop["max_rounds"], max_env_steps=stop["max_env_steps"],
+                   budget_usd=stop["budget_usd"], target_return=stop["target_return"])
 
     def observe(self, event: Any) -> None:
         if isinstance(event, ev.RunStarted):

@@ -65,7 +65,9 @@ class CsvSink(FileSink):
         cfg = {**defaults(CSV_CONFIG), **ctx.config}
         self.path = ctx.run_dir / cfg["path"]
         self.extra = [str(c) for c in cfg["columns"]]
-        self.envs_per_actor = ctx.plan.get("env", {}).get("num_envs")
+        # env is a required section; num_envs is the env provider's key (gymnasium's), which
+        # another provider may not declare: its column is then empty.
+        self.envs_per_actor = ctx.plan["env"].get("num_envs")
         self.header = [name for name, _, _ in BASE_COLUMNS] + [
             c for c in self.extra if c not in {n for n, _, _ in BASE_COLUMNS}
         ]

@@ -72,7 +72,7 @@ class MlflowSink(TrackerSink):
         experiment = client.get_experiment_by_name(name)
         experiment_id = (experiment.experiment_id if experiment is not None
                          else client.create_experiment(name))
-        run_name = self.plan.get("run", {}).get("name", "nitro")
+        run_name = self.plan["run"]["name"]
         run = client.create_run(experiment_id, run_name=run_name,
                                 tags={"nitro.run_id": self.run_id})
         self.mlflow_run_id = run.info.run_id

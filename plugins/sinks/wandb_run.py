@@ -43,7 +43,7 @@ class WandbSink(TrackerSink):
         run = wandb.init(
             project=cfg["project"], entity=cfg["entity"], group=cfg["group"],
             tags=cfg["tags"] or None, mode=cfg["mode"],
-            name=self.plan.get("run", {}).get("name"),
+            name=self.plan["run"]["name"],
             # One W&B run per Nitro run: a resumed run continues the same W&B run.
             id=self.run_id, resume="allow", dir=str(self.run_dir),
             config=logs.redact(self.plan),
