@@ -250,14 +250,11 @@ class Coordinator:
         """The next round's N: the scaler's wish, clipped to the plan's bounds and to what
         the budget left (after ``pending_usd`` not yet charged) can pay for; 0 when no round
         fits. Asked ahead (``record`` None), it decides for the round after ``number``."""
-        s, plan = self.state, self.plan
         number = record.round if record is not None else number
         current = record.actors if record is not None else current
-        budget = plan["stop"]["budget_usd"]
         ctx = ScaleContext(
             round=number, current=current, n_min=self.rules.n_min, n_max=self.rules.n_max,
-            history=s.history,
-            budget_left_usd=None if budget is None else budget - s.cost_usd - pending_usd,
+            history=self.state.history, budget_left_usd=self.rules.budget_left(pending_usd),
             cost_per_actor_usd=self.roles.cost.estimate_actor_usd(record),
             rng=self.rng, affordable=self.rules.affordable(pending_usd),
         )

@@ -132,14 +132,19 @@ class StopRules:
             return max(0.0, float(self.cost.estimate_first_round_usd(actors) or 0.0))
         return max(0.0, float(self.cost.estimate_round_usd(history[-1], actors)))
 
+    def budget_left(self, pending_usd: float = 0.0) -> float | None:
+        """Dollars the budget leaves after what was charged and ``pending_usd`` of work done
+        but not charged yet; None without a budget."""
+        budget = self.limits["budget_usd"]
+        return None if budget is None else budget - self.state.cost_usd - pending_usd
+
     def affordable(self, pending_usd: float = 0.0) -> int | None:
         """The largest actor count (at most ``actors.max``) whose round the budget left can pay
         for, after ``pending_usd`` of work done but not charged yet; 0 when not even one actor
         fits; None without a budget."""
-        budget = self.limits["budget_usd"]
-        if budget is None:
+        left = self.budget_left(pending_usd)
+        if left is None:
             return None
-        left = budget - self.state.cost_usd - pending_usd
         if self.round_usd(1) > left:
             return 0
         lo, hi = 1, self.n_max  # round_usd grows with the actor count: bisect
