@@ -123,6 +123,8 @@ class OverlappedRounds:
         self.fleet = FleetSize(coordinator.rules.n_min, self.target, self.max_lag,
                                plan["actors"]["batches_per_update"] or self.target)
         self._invocation_s: float | None = None
+        #: Async: invocations drained into the round now training, charged when it finishes.
+        self._drained_uncharged = 0
         #: Pipelined: the fan-out started ahead for the next round, as a checkpoint keeps it.
         self._ahead: dict[str, Any] | None = None
         self._resume = resume if mode == "pipelined" else None
@@ -180,12 +182,22 @@ class OverlappedRounds:
             asyncio.get_running_loop().call_later(delay, self._fill)
 
     def _fill(self) -> int:
-        """Launch until ``fleet.value`` invocations are outstanding. An invocation counts until
-        its batch is read, not until it returns: batches waiting for a busy learner hold the
-        fleet back instead of growing stale in the queue."""
-        running = {inv.request_id for inv, _ in self.intake.tasks.values()}
-        outstanding = len(running | self.intake.pending.keys())
-        return self._launch(self.c.state.round + 1, self.fleet.value - outstanding)
+        """Launch until ``fleet.value`` invocations are outstanding, as far as the budget can
+        pay for them and every other invocation not charged yet. An invocation counts until its
+        batch is read, not until it returns: batches waiting for a busy learner hold the fleet
+        back instead of growing stale in the queue."""
+        intake = self.intake
+        running = {inv.request_id for inv, _ in intake.tasks.values()}
+        outstanding = len(running | intake.pending.keys())
+        # Charged when a round drains them: running, finished since the last drain, and
+        # drained into the round now training.
+        uncharged = len(intake.tasks) + len(intake.receipts) + self._drained_uncharged
+        count = self.c.rules.launchable(self.fleet.value - outstanding, uncharged,
+                                        self._per_round())
+        return self._launch(self.c.state.round + 1, count) if count > 0 else 0
+
+    def _per_round(self) -> int:
+        return self.c.plan["actors"]["batches_per_update"] or self.target
 
     # -- one round ----------------------------------------------------------------------------
 
@@ -200,12 +212,12 @@ class OverlappedRounds:
                 await self._relaunch(number, resume["ahead"])
             else:
                 await c.publish_weights(number)
-                first = self.fleet.value if self.mode == "async" else self.target
-                self._launched_next = self._launch(number, first)
+                self._launched_next = (self._fill() if self.mode == "async"
+                                       else self._launch(number, self.target))
         c.publish(ev.RoundStarted(round=number, actors=self.target, version=s.version))
         t_actors = time.perf_counter()
         if self.mode == "async":
-            wanted = c.plan["actors"]["batches_per_update"] or self.target
+            wanted = self._per_round()
             refill = lambda missing: self._fill()  # noqa: E731
         else:
             wanted = self._launched_next or self.target
@@ -219,6 +231,7 @@ class OverlappedRounds:
         # This round's receipts, taken before the next fan-out: its invocations may finish
         # during the update, and they belong (and are charged) to the next round.
         finished, sample_s = self.intake.drain()
+        self._drained_uncharged = len(finished)
         receipts = self.intake.receipts_for(arrived, finished)
         self._report_lag(number, batches, gathered.stale, gathered.trained_fraction)
 
@@ -252,11 +265,16 @@ class OverlappedRounds:
             learner_s=learner_s, actor_idle_s=0.0,
             after_decision=launch_decided if launch_after_decision else None,
         )
+        self._drained_uncharged = 0
         self.target = max(s.actors_next, c.rules.n_min)
         if self.mode == "async":
             busy_s = time.perf_counter() - t_round - actor_s  # the round less its wait
             self._resize(wanted, sample_s, busy_s, gathered.stale)
             self._fill()
+            if self.intake.tasks or self.intake.pending:
+                # Launched with the budget's consent: the next round trains on them, even
+                # when no new invocation fits any more.
+                c.rules.committed = number + 1
         return record
 
     def _resize(self, batches_per_round: int, sample_s: list[float], busy_s: float,

@@ -120,8 +120,9 @@ class StopRules:
         self.state = state
         self.cost = cost
         self.wall_s = wall_s
-        #: A fan-out the allocator let start ahead of its round: (round, its estimate then).
-        self.committed: tuple[int, float] | None = None
+        #: The round whose invocations the allocator let start ahead of it (an overlapped
+        #: fan-out, an async fleet): that round runs whatever the budget left now says.
+        self.committed: int | None = None
 
     # -- the budget allocator -----------------------------------------------------------------
 
@@ -155,6 +156,25 @@ class StopRules:
             else:
                 hi = mid - 1
         return lo
+
+    def fleet_usd(self, invocations: int, per_round: int) -> float:
+        """What ``invocations`` launched and not yet charged will cost by the end of the
+        rounds that train on them, ``per_round`` to a round, each round priced as one of that
+        many actors (its learner update included)."""
+        full, rest = divmod(invocations, max(1, per_round))
+        return full * self.round_usd(per_round) + (self.round_usd(rest) if rest else 0.0)
+
+    def launchable(self, wanted: int, uncharged: int, per_round: int) -> int:
+        """Async: how many of ``wanted`` more invocations may start while ``uncharged`` are
+        launched and not yet charged. The fleet outlives its rounds, so the budget must pay
+        for every invocation it holds, not only the coming round's."""
+        left = self.budget_left()
+        if left is None:
+            return max(0, wanted)
+        n = max(0, wanted)
+        while n > 0 and self.fleet_usd(uncharged + n, per_round) > left:
+            n -= 1
+        return n
 
     def sized(self, wanted: int, pending_usd: float = 0.0) -> int:
         """``wanted`` clipped to the plan's bounds and to what the budget can pay for (0: no
@@ -193,8 +213,7 @@ class StopRules:
         timeout), so refusing the round would spend more than running it and throw its
         samples away. Only a round charged above its estimate's margin in between can make
         the started one overspend, and then by that miss, not by the timeouts."""
-        committed = self.committed
-        return committed is not None and committed[0] == self.state.round + 1
+        return self.committed == self.state.round + 1
 
     def after_round(self, record: RoundRecord) -> str | None:
         """Why the run ends with the round just finished, or None."""
@@ -226,7 +245,7 @@ class StopRules:
             return 0
         size = self.sized(wanted, pending_usd)
         if size and limits["budget_usd"] is not None:
-            self.committed = (s.round + rounds_pending + 1, self.round_usd(size))
+            self.committed = s.round + rounds_pending + 1
         return size
 
 

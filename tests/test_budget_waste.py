@@ -1,6 +1,6 @@
 """A budget is spent, not wasted: at a budget stop every invocation launched was trained on
 (none launched for a round that never ran, none cancelled), the spend is at least 95 % of the
-budget, and never above it — in sync and pipelined rounds, with the default cost settings
+budget, and never above it — in sync, pipelined and async rounds, with the default cost settings
 (the aws cost model and its default ``estimate_margin``).
 
 The budget allocator (``kernel.run_state.StopRules``) sizes every round and every pipelined
@@ -40,10 +40,16 @@ def _plan(mode: str) -> dict:
     return plan
 
 
-@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+@pytest.mark.parametrize(("mode", "actors"), [
+    ("sync", 1), ("pipelined", 1), ("async", 1),
+    # An async fleet holds up to max_lag rounds' worth of invocations: all of them must be
+    # paid for by the budget left, not only the coming round's.
+    ("async", 3)])
 def test_a_budget_stop_wastes_no_invocation_and_spends_the_budget(
-        tmp_path: Path, mode: str) -> None:
-    engine = Engine.from_plan(_plan(mode), out_dir=tmp_path / "run")
+        tmp_path: Path, mode: str, actors: int) -> None:
+    plan = _plan(mode)
+    plan["actors"].update(count=actors, max=actors)
+    engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
     summary = asyncio.run(engine.run())
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
     used = sum(e["batches"] for e in events if e["event"] == "RoundFinished")
