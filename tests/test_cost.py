@@ -47,8 +47,10 @@ def receipt(i: int, ms: float, ok: bool = True, **kw: Any) -> Receipt:
 
 
 def record(durations: list[float], *, actors: int | None = None, sim_time_s: float = 0.0,
-           learner_s: float = 0.0, probe_s: float = 0.0, eval_s: float = 0.0) -> RoundRecord:
-    return RoundRecord(round=1, actors=actors or len(durations), env_steps=0,
+           learner_s: float = 0.0, probe_s: float = 0.0, eval_s: float = 0.0,
+           round: int = 2) -> RoundRecord:
+    """A round past the first (the first, timed by the clock, stays out of the estimate)."""
+    return RoundRecord(round=round, actors=actors or len(durations), env_steps=0,
                        batches=len(durations), round_s=0.0, learner_s=learner_s,
                        probe_s=probe_s, actor_durations_ms=durations, cold_starts=0,
                        eval_return=None, episode_return_mean=None, probes={},
@@ -314,6 +316,25 @@ def test_the_estimate_follows_learner_time_growing_with_the_batch() -> None:
     assert model.estimate_round_usd(last, 12) * 1.0 >= sum(
         model.charge(record([100.0] * 12, sim_time_s=1.6),
                      [receipt(i, 100.0) for i in range(12)]).values())
+
+
+def test_the_first_rounds_start_up_time_stays_out_of_the_estimate() -> None:
+    """Round 1 took 5.0 s (the learner's first update building its kernels), later rounds of
+    the same 8 actors 1.0 s: the estimate follows the later rounds, and before any of them is
+    charged it takes round 1 at its word."""
+    model = cost_model(learner="custom", learner_usd_per_h=3.6)
+    per_actor = 100 * GB_MS + 0.2e-6
+    first = record([100.0] * 8, sim_time_s=5.0, round=1)
+    model.charge(first, [receipt(i, 100.0) for i in range(8)])
+    assert model.estimate_round_usd(first, 8) == pytest.approx(
+        1.2 * (8 * per_actor + 5.0 / 1000), rel=1e-9)
+    for r in (2, 3):
+        later = record([100.0] * 8, sim_time_s=1.0, round=r)
+        model.charge(later, [receipt(i, 100.0) for i in range(8)])
+    assert model.estimate_round_usd(later, 8) == pytest.approx(
+        1.2 * (8 * per_actor + 1.0 / 1000), rel=1e-9)
+    assert model.estimate_round_usd(later, 1) == pytest.approx(
+        1.2 * (per_actor + 1.0 / 1000), rel=1e-9)
 
 
 def test_the_estimate_survives_a_checkpoint() -> None:

@@ -202,8 +202,15 @@ class AwsCost:
         probe_s = min(charged_s, probe_s)
         if self.kind == "vm":
             return self._charge_vms(record, charged_s, probe_s)
-        self.times.add(record.actors, charged_s - (self.cold_start_s if cold else 0.0))
-        items = self._actor_items(receipts)
+        # A run's first round, timed by the clock, holds one-off start-up work (the learner's
+        # first update builds its kernels and thread pools, each worker its envs and policy)
+        # that no later round repeats: in the envelope it would raise every estimate for eight
+        # rounds, and a small budget would end with a round's worth unspent. Until a later
+        # round is charged the estimate takes the last record at its word, round 1 included.
+        warm_up = record.round == 1 and self.model is None
+        if not warm_up:
+            self.times.add(record.actors, charged_s - (self.cold_start_s if cold else 0.0))
+        items = self._actor_items(receipts, keep=not warm_up)
         items["cold_start_usd"] = cold * self.init_usd()
         items.update(self._time_items(charged_s, probe_s))
         return items
@@ -231,7 +238,9 @@ class AwsCost:
         self.sim_warm_pool = max(self.sim_warm_pool, invoked)
         return cold
 
-    def _actor_items(self, receipts: Sequence[Receipt]) -> dict[str, float]:
+    def _actor_items(self, receipts: Sequence[Receipt], keep: bool = True) -> dict[str, float]:
+        """The round's actor bills by item; ``keep``: the mean bill of one actor joins the
+        recent ones the estimate takes the highest of."""
         slowest = max((r.duration_ms for r in receipts if r.ok), default=0.0)
         items = {"actors_usd": 0.0, "failed_usd": 0.0, "cancelled_usd": 0.0}
         succeeded = 0
@@ -245,7 +254,7 @@ class AwsCost:
                 succeeded += 1
             else:
                 items["failed_usd"] += usd
-        if succeeded:
+        if succeeded and keep:
             self.per_actor.append(items["actors_usd"] / succeeded)
         return items
 
