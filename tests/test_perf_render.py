@@ -305,3 +305,24 @@ def test_boost_study_settings_build_valid_plans():
         if name in ("nitro", "nitro_p4"):
             assert plan["scaler"]["rule"] == "window"
     assert 'rule = "anchored"' in raw
+
+
+def test_spend_check_names_every_budget_ended_run_outside_95_to_100_percent():
+    import spend_check
+
+    def row(mode, scaler, spent, reason="budget"):
+        return {"task": "Reacher-v5", "mode": mode, "scaler": scaler, "budget_usd": 0.002,
+                "seed": 7, "cost_usd": spent * 0.002, "spent": spent, "stop_reason": reason,
+                "rounds": 30, "invocations": 90, "invocations_cancelled": 0,
+                "trained_fraction": 1.0}
+
+    text = spend_check.render({"rows": [
+        row("sync", "nitro", 0.99), row("sync", "max", 0.918), row("async", "kungfu", 1.0013),
+        row("async", "hydrozoa", 0.40, reason="max_wall_s")]})
+    assert "3 of 4 runs ended by the budget; 1 of those spent 95%-100% of it; 1 run(s) " \
+        "spent more than the budget." in text
+    assert "| Reacher-v5 | async | 2 | 40.00% | 70.06% | 100.13% | budget 1, max_wall_s 1 |" \
+        in text
+    outside = text.split("Outside 95-100 %: ")[1]
+    assert "sync max seed 7 91.80%" in outside and "async kungfu seed 7 100.13%" in outside
+    assert "nitro" not in outside and "hydrozoa" not in outside

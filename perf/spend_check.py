@@ -1,0 +1,161 @@
+"""Does every budget-bound run spend its budget, and never more?
+
+The boosting studies check spend on the settings they compare. This grid goes where they did
+not: other MuJoCo tasks, all three round modes (sync, pipelined, async), every kind of scaler
+(the paper's rule, the anchored default, the decay alone, the noise-scale rules, schedules,
+random and max) and small budgets, each run through the engine with durations measured on this
+machine (the harder case: a measured round can cost more than its estimate, a modelled one
+cannot). Per run it keeps the fraction of the budget spent and why the run stopped; the goal is
+95-100 % for every run that the budget ended. Rows: perf/results/spend_check.json.
+
+    .venv/bin/python perf/spend_check.py run                   # the whole grid (about 1 h)
+    .venv/bin/python perf/spend_check.py run --tasks Reacher-v5 --modes async --seeds 7
+    .venv/bin/python perf/spend_check.py collect DIR [DIR ...]  # rows from finished runs
+
+``run`` skips runs already finished (resumable) and collects at the end; ``collect`` reads any
+run directories made from ``plans/hopper-nitro.toml`` with the settings in their plan.toml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import common as c
+
+PLAN = c.ROOT / "plans" / "hopper-nitro.toml"
+TASKS = ("InvertedDoublePendulum-v5", "Reacher-v5", "Walker2d-v5")
+MODES = ("sync", "pipelined", "async")
+#: Scaler tables by the name the rows give them.
+SCALERS = {
+    "prototype": '{name="nitro",rule="window",prototype_compat=true}',
+    "nitro": '{name="nitro"}',
+    "decay_only": '{name="decay_only"}',
+    "kungfu": '{name="kungfu"}',
+    "hydrozoa": '{name="hydrozoa"}',
+    "random": '{name="random"}',
+    "critical_batch": '{name="critical_batch"}',
+    "max": '{name="max"}',
+}
+#: Budgets cycled through the grid: a few dozen rounds each, so the last rounds matter.
+BUDGETS = (0.0015, 0.002, 0.0025)
+#: The spend every budget-ended run should reach.
+LOW, HIGH = 0.95, 1.0
+
+
+def scaler_label(table: dict[str, Any]) -> str:
+    if table.get("name") == "nitro" and table.get("prototype_compat"):
+        return "prototype"
+    return str(table.get("name"))
+
+
+def row(run_dir: Path) -> dict[str, Any] | None:
+    """What one finished run spent, with the settings read back from its own plan."""
+    summary_path = run_dir / "summary.json"
+    if not summary_path.exists():
+        return None
+    summary = json.loads(summary_path.read_text())
+    plan = tomllib.loads((run_dir / "plan.toml").read_text())
+    budget = plan["stop"]["budget_usd"]
+    return {
+        "task": plan["env"]["id"], "mode": plan["run"]["mode"],
+        "scaler": scaler_label(plan["scaler"]), "budget_usd": budget,
+        "seed": plan["run"]["seed"], "cost_usd": summary["cost_usd"],
+        "spent": summary["cost_usd"] / budget if budget else None,
+        "stop_reason": summary["stop_reason"], "rounds": summary["rounds"],
+        "invocations": summary["invocations"],
+        "invocations_cancelled": summary["invocations_cancelled"],
+        "trained_fraction": summary["trained_fraction"],
+    }
+
+
+def collect(dirs: list[Path], out: Path | None = None) -> Path:
+    runs = sorted({p.parent for d in dirs for p in d.rglob("summary.json")})
+    rows = [r for r in map(row, runs) if r is not None]
+    path = c.write_result("spend_check", {
+        "title": "Budget spend on tasks, modes and scalers the studies did not use (issue 16)",
+        "rows": rows}, out)
+    print(render({"rows": rows}))
+    return path
+
+
+def run(args: argparse.Namespace) -> None:
+    i = 0
+    for task in args.tasks:
+        for mode in args.modes:
+            for name in args.scalers:
+                budget = BUDGETS[i % len(BUDGETS)]
+                seed = args.seeds + i
+                i += 1
+                folder = args.out / task / mode / name / f"seed-{seed}"
+                if (folder / "summary.json").exists():
+                    continue
+                sets = [f"env.id={task}", f"run.mode={mode}", f"scaler={SCALERS[name]}",
+                        f"stop.budget_usd={budget}", f"run.seed={seed}", "sinks=[]",
+                        "checkpoint.enabled=false"]
+                c.log(f"{task} {mode} {name} ${budget} seed {seed}")
+                proc = c.run([c.PY, "-m", "kernel", "run", str(PLAN), "--out", str(folder),
+                              "--force", *[a for s in sets for a in ("--set", s)]],
+                             timeout=900)
+                if proc.rc != 0:
+                    c.log(f"  failed (rc {proc.rc}): {proc.stderr[-500:]}")
+    collect([args.out])
+
+
+def render(data: dict[str, Any]) -> str:
+    """Per task and mode: how many runs, the range of their spend, how they stopped; every
+    budget-ended run outside 95-100 % by name."""
+    rows = data["rows"]
+    ended = [r for r in rows if r["stop_reason"] == "budget"]
+    outside = [r for r in ended if not LOW <= r["spent"] <= HIGH]
+    over = [r for r in rows if r["spent"] is not None and r["spent"] > HIGH]
+    table = []
+    for task in dict.fromkeys(r["task"] for r in rows):
+        for mode in dict.fromkeys(r["mode"] for r in rows):
+            group = [r for r in rows if r["task"] == task and r["mode"] == mode]
+            if not group:
+                continue
+            spent = [r["spent"] for r in group]
+            reasons = Counter(r["stop_reason"] for r in group)
+            table.append([task, mode, len(group), f"{min(spent):.2%}",
+                          f"{statistics.median(spent):.2%}", f"{max(spent):.2%}",
+                          ", ".join(f"{k} {v}" for k, v in reasons.most_common())])
+    lines = [f"{len(ended)} of {len(rows)} runs ended by the budget; "
+             f"{len(ended) - len(outside)} of those spent {LOW:.0%}-{HIGH:.0%} of it; "
+             f"{len(over)} run(s) spent more than the budget.",
+             c.md_table(["task", "mode", "runs", "least spent", "median", "most spent",
+                         "stopped by"], table)]
+    if outside:
+        lines.append("Outside 95-100 %: " + "; ".join(
+            f"{r['task']} {r['mode']} {r['scaler']} seed {r['seed']} {r['spent']:.2%} "
+            f"(${r['budget_usd']})" for r in outside) + ".")
+    return "\n\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    grid = sub.add_parser("run", help="run the grid (finished runs are skipped), then collect")
+    grid.add_argument("--tasks", nargs="+", default=list(TASKS))
+    grid.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
+    grid.add_argument("--scalers", nargs="+", choices=list(SCALERS), default=list(SCALERS))
+    grid.add_argument("--seeds", type=int, default=101, help="first seed; each run the next")
+    grid.add_argument("--out", type=Path, default=c.ROOT / "runs" / "spend_check")
+    gather = sub.add_parser("collect", help="rows from finished run directories")
+    gather.add_argument("dirs", nargs="+", type=Path)
+    args = parser.parse_args()
+    if args.action == "run":
+        run(args)
+    else:
+        collect(args.dirs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
