@@ -318,6 +318,27 @@ def test_the_estimate_follows_learner_time_growing_with_the_batch() -> None:
                      [receipt(i, 100.0) for i in range(12)]).values())
 
 
+def test_a_round_smaller_than_the_recent_ones_is_not_priced_below_them() -> None:
+    """Recent rounds of 13-16 actors took 0.49-0.55 s, most of it the learner's fixed cost; a
+    line through them extrapolates a one-actor round to 0.06 s, while such a round took 0.32 s
+    (a budget-bound Reacher-v5 run overspent so by 0.65 %). Below the smallest recent count the
+    envelope keeps its value there, which no smaller round exceeds."""
+    model = cost_model(learner="custom", learner_usd_per_h=3.6)
+    for r, (n, seconds) in enumerate(((16, 0.55), (16, 0.54), (13, 0.49)), start=2):
+        last = record([100.0] * n, sim_time_s=seconds, round=r)
+        model.charge(last, [receipt(i, 100.0) for i in range(n)])
+    per_actor = 100 * GB_MS + 0.2e-6
+    line = np.polyfit([16, 16, 13], [0.55, 0.54, 0.49], 1)
+    top = max(y - np.polyval(line, n) for n, y in ((16, 0.55), (16, 0.54), (13, 0.49)))
+    at_13 = np.polyval(line, 13) + top
+    for n in (1, 4, 13):
+        assert model.estimate_round_usd(last, n) == pytest.approx(
+            1.2 * (n * per_actor + at_13 / 1000), rel=1e-9)
+    small = record([100.0], sim_time_s=0.32, round=5)
+    assert model.estimate_round_usd(last, 1) >= sum(
+        model.charge(small, [receipt(0, 100.0)]).values())
+
+
 def test_the_first_rounds_start_up_time_stays_out_of_the_estimate() -> None:
     """Round 1 took 5.0 s (the learner's first update building its kernels), later rounds of
     the same 8 actors 1.0 s: the estimate follows the later rounds, and before any of them is

@@ -78,7 +78,10 @@ class RoundTimes:
     With two or more distinct counts, a least-squares line (slope at least 0: more actors never
     make a round shorter) raised by its largest residual, so it lies on or above every recent
     round; with one count, that round's longest time, grown in proportion when N is larger
-    (a line through the origin is the steepest a non-negative intercept allows)."""
+    (a line through the origin is the steepest a non-negative intercept allows). Below the
+    smallest recent count the envelope stays at its value there: a line fitted on big rounds
+    says nothing of a small round's fixed costs (the learner's per-update overhead), and a
+    smaller round is never slower, so that value bounds it."""
 
     def __init__(self, keep: int):
         self.points: deque[tuple[int, float]] = deque(maxlen=keep)
@@ -97,7 +100,8 @@ class RoundTimes:
         if slope < 0:
             slope, intercept = 0.0, float(y.mean())
         residual = float(np.max(y - (intercept + slope * n)))
-        return max(0.0, float(intercept + slope * actors) + max(0.0, residual))
+        at = max(float(actors), float(n.min()))
+        return max(0.0, float(intercept + slope * at) + max(0.0, residual))
 
 
 @dataclass(slots=True)
