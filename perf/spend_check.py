@@ -75,12 +75,13 @@ def row(run_dir: Path) -> dict[str, Any] | None:
     }
 
 
-def collect(dirs: list[Path], out: Path | None = None) -> Path:
+def collect(dirs: list[Path], name: str = "spend_check", title: str | None = None) -> Path:
     runs = sorted({p.parent for d in dirs for p in d.rglob("summary.json")})
     rows = [r for r in map(row, runs) if r is not None]
-    path = c.write_result("spend_check", {
-        "title": "Budget spend on tasks, modes and scalers the studies did not use (issue 16)",
-        "rows": rows}, out)
+    path = c.write_result(name, {
+        "title": title or "Budget spend on tasks, modes and scalers the studies did not use "
+                          "(issue 16)",
+        "rows": rows})
     print(render({"rows": rows}))
     return path
 
@@ -149,11 +150,13 @@ def main() -> int:
     grid.add_argument("--out", type=Path, default=c.ROOT / "runs" / "spend_check")
     gather = sub.add_parser("collect", help="rows from finished run directories")
     gather.add_argument("dirs", nargs="+", type=Path)
+    gather.add_argument("--name", default="spend_check", help="result name")
+    gather.add_argument("--title", help="the section's title in RESULTS.md")
     args = parser.parse_args()
     if args.action == "run":
         run(args)
     else:
-        collect(args.dirs)
+        collect(args.dirs, args.name, args.title)
     return 0
 
 
