@@ -186,15 +186,19 @@ class OverlappedRounds:
         pay for them and every other invocation not charged yet. An invocation counts until its
         batch is read, not until it returns: batches waiting for a busy learner hold the fleet
         back instead of growing stale in the queue."""
-        intake = self.intake
-        running = {inv.request_id for inv, _ in intake.tasks.values()}
-        outstanding = len(running | intake.pending.keys())
-        # Charged when a round drains them: running, finished since the last drain, and
-        # drained into the round now training.
-        uncharged = len(intake.tasks) + len(intake.receipts) + self._drained_uncharged
-        count = self.c.rules.launchable(self.fleet.value - outstanding, uncharged,
-                                        self._per_round())
+        count = self.c.rules.launchable(self.fleet.value - self._outstanding(),
+                                        self._uncharged(), self._per_round())
         return self._launch(self.c.state.round + 1, count) if count > 0 else 0
+
+    def _outstanding(self) -> int:
+        running = {inv.request_id for inv, _ in self.intake.tasks.values()}
+        return len(running | self.intake.pending.keys())
+
+    def _uncharged(self) -> int:
+        """Invocations a round will still charge: running, finished since the last drain, and
+        drained into the round now training."""
+        intake = self.intake
+        return len(intake.tasks) + len(intake.receipts) + self._drained_uncharged
 
     def _per_round(self) -> int:
         return self.c.plan["actors"]["batches_per_update"] or self.target
@@ -218,6 +222,11 @@ class OverlappedRounds:
         t_actors = time.perf_counter()
         if self.mode == "async":
             wanted = self._per_round()
+            if self.c.rules.launchable(1, self._uncharged(), wanted) == 0:
+                # The budget pays for nothing beyond what is out: the last round trains on all
+                # of it, rather than leave stragglers to a round of their own that pays the
+                # learner's fixed cost once more than the fleet was priced for.
+                wanted = max(wanted, self._outstanding())
             refill = lambda missing: self._fill()  # noqa: E731
         else:
             wanted = self._launched_next or self.target
