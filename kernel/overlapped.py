@@ -222,7 +222,7 @@ class OverlappedRounds:
         t_actors = time.perf_counter()
         if self.mode == "async":
             wanted = self._per_round()
-            if self.c.rules.launchable(1, self._uncharged(), wanted) == 0:
+            if c.rules.launchable(1, self._uncharged(), wanted) == 0:
                 # The budget pays for nothing beyond what is out: the last round trains on all
                 # of it, rather than leave stragglers to a round of their own that pays the
                 # learner's fixed cost once more than the fleet was priced for.
