@@ -36,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,8 +65,12 @@ def hopper_rollout(steps: int = 256, envs: int = 8) -> dict[str, np.ndarray]:
     }
 
 
-def learner_cases(device: str) -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
-    """The timed updates, by name: learner core and the rollout it updates on."""
+Case = tuple[Any, dict[str, np.ndarray]]
+
+
+def learner_cases(device: str) -> dict[str, Callable[[], Case]]:
+    """The timed updates, by name: each builds its learner core and the rollout it updates on
+    when asked, so a run that times or profiles one case builds no other."""
     from algos.appo import APPO, APPOConfig
     from algos.ppo import PPO, PPOConfig
 
@@ -77,18 +82,19 @@ def learner_cases(device: str) -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
         return core
 
     hopper = PPOConfig(num_minibatches=32, update_epochs=10)
-    cases = {
-        "hopper_ppo": (PPO(HOPPER, hopper, device=device), hopper_rollout()),
-        "hopper_ppo_waiting": (waiting_each_step(PPO(HOPPER, hopper, device=device)),
-                               hopper_rollout()),
-        "pong_appo": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1), device=device),
-                      pong_rollout(128, 8)),
+
+    def pong(cnn_dtype: str) -> Case:
+        config = APPOConfig(learning_rate=2.5e-4, clip_coef=0.1, cnn_dtype=cnn_dtype)
+        return APPO(PONG, config, device=device), pong_rollout(128, 8)
+
+    return {
+        "hopper_ppo": lambda: (PPO(HOPPER, hopper, device=device), hopper_rollout()),
+        "hopper_ppo_waiting": lambda: (waiting_each_step(PPO(HOPPER, hopper, device=device)),
+                                       hopper_rollout()),
+        "pong_appo": lambda: pong("float32"),
         # The Nature-CNN trunk under bfloat16 autocast (algo.cnn_dtype), on either device.
-        "pong_appo_bf16": (APPO(PONG, APPOConfig(learning_rate=2.5e-4, clip_coef=0.1,
-                                                 cnn_dtype="bfloat16"), device=device),
-                           pong_rollout(128, 8)),
+        "pong_appo_bf16": lambda: pong("bfloat16"),
     }
-    return cases
 
 
 def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]],
@@ -102,9 +108,10 @@ def learner_fps(device: str, repeats: int, raw: list[dict[str, Any]],
             torch.cuda.synchronize()
 
     out = {}
-    for name, (core, rollout) in learner_cases(device).items():
+    for name, build in learner_cases(device).items():
         if only and name not in only:
             continue
+        core, rollout = build()
         frames = rollout["rewards"].size
         core.update(rollout, 0.0)  # warm-up: kernels, allocator, oneDNN primitives
         times = []
@@ -126,7 +133,7 @@ def profile_update(device: str, case: str = "pong_appo") -> dict[str, Any]:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    core, rollout = learner_cases(device)[case]
+    core, rollout = learner_cases(device)[case]()
     core.update(rollout, 0.0)
     activities = [ProfilerActivity.CPU]
     if device.startswith("cuda"):
