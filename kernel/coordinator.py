@@ -185,10 +185,13 @@ class Coordinator:
         else:
             record.sim_time_s = round_s - eval_s
 
+        # The estimate this round was sized by, taken before charging it moves the estimate.
+        estimate = self.rules.round_usd(n) if s.history else None
         with blame(roles.cost):
             items = roles.cost.charge(record, receipts)
         record.cost_usd = float(sum(items.values()))
         s.cost_usd += record.cost_usd
+        self.rules.note_charge(estimate, record.cost_usd)
         self.publish(ev.CostCharged(round=number, items=items, round_usd=record.cost_usd,
                                     total_usd=s.cost_usd))
 

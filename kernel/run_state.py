@@ -80,6 +80,9 @@ class RunState:
     actors_next: int = 1
     #: Spend so far, by the cost model; evaluation time is not part of it.
     cost_usd: float = 0.0
+    #: The largest ratio so far of a round's charge to the allocator's estimate of it (at
+    #: least 1): rounds are sized at the estimate times this (``StopRules.guarded_usd``).
+    estimate_miss: float = 1.0
     #: Simulated cloud time: what the run would have taken with its fan-out concurrent.
     sim_time_s: float = 0.0
     actors_per_round: list[int] = field(default_factory=list)
@@ -99,6 +102,9 @@ class RunState:
 
 #: Empty rounds in a row after which the actors are taken to be failing for good.
 EMPTY_ROUNDS_LIMIT = 3
+#: The most the allocator widens its estimate by for misses seen (``StopRules.note_charge``):
+#: one freak round (a machine swapping, a debugger attached) must not strand a budget.
+MISS_LIMIT = 3.0
 
 
 class StopRules:
@@ -110,6 +116,14 @@ class StopRules:
     stops for the budget only when not even ``actors.min`` actors fit. So a run ends having
     spent its budget down to less than one smallest round, not stranded by a second, more
     cautious rule.
+
+    An estimate from measured durations can be beaten by a round that runs slower than any
+    recent one (the machine got busy, a Lambda landed on a slow host). Each charged round's
+    miss is remembered (``note_charge``): from then on the allocator asks the budget left to
+    pay for the estimate times the worst miss seen, so a run whose rounds have already cost
+    more than estimated keeps that much in hand for its last ones. Far from the end this
+    changes nothing; at the end it shrinks the last rounds a little earlier. Under a time
+    model the estimate bounds the charge and the miss stays 1.
     """
 
     def __init__(self, plan: dict[str, Any], state: RunState, cost: CostModel,
@@ -133,6 +147,22 @@ class StopRules:
             return max(0.0, float(self.cost.estimate_first_round_usd(actors) or 0.0))
         return max(0.0, float(self.cost.estimate_round_usd(history[-1], actors)))
 
+    def guarded_usd(self, actors: int) -> float:
+        """What the allocator asks the budget left to hold for a round of ``actors``: the
+        estimate, widened by the worst miss the run has seen."""
+        return self.round_usd(actors) * self.state.estimate_miss
+
+    def note_charge(self, estimate_usd: float | None, charged_usd: float) -> None:
+        """Remember how far a round's charge went past the estimate it was sized by (None: a
+        first round, priced before anything was measured, says nothing of the estimate)."""
+        if estimate_usd is None or estimate_usd <= 0.0 or charged_usd <= estimate_usd:
+            return
+        miss = min(MISS_LIMIT, charged_usd / estimate_usd)
+        if miss > self.state.estimate_miss:
+            log.info("round_cost_over_estimate", round=self.state.round + 1,
+                     estimate_usd=estimate_usd, charged_usd=charged_usd, miss=round(miss, 3))
+            self.state.estimate_miss = miss
+
     def budget_left(self, pending_usd: float = 0.0) -> float | None:
         """Dollars the budget leaves after what was charged and ``pending_usd`` of work done
         but not charged yet; None without a budget."""
@@ -146,12 +176,12 @@ class StopRules:
         left = self.budget_left(pending_usd)
         if left is None:
             return None
-        if self.round_usd(1) > left:
+        if self.guarded_usd(1) > left:
             return 0
-        lo, hi = 1, self.n_max  # round_usd grows with the actor count: bisect
+        lo, hi = 1, self.n_max  # the estimate grows with the actor count: bisect
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.round_usd(mid) <= left:
+            if self.guarded_usd(mid) <= left:
                 lo = mid
             else:
                 hi = mid - 1
@@ -162,7 +192,7 @@ class StopRules:
         rounds that train on them, ``per_round`` to a round, each round priced as one of that
         many actors (its learner update included)."""
         full, rest = divmod(invocations, max(1, per_round))
-        return full * self.round_usd(per_round) + (self.round_usd(rest) if rest else 0.0)
+        return full * self.guarded_usd(per_round) + (self.guarded_usd(rest) if rest else 0.0)
 
     def launchable(self, wanted: int, uncharged: int, per_round: int) -> int:
         """Async: how many of ``wanted`` more invocations may start while ``uncharged`` are
@@ -266,6 +296,7 @@ def summary_of(s: RunState, *, run_id: str, name: str, reason: str, wall_s: floa
         "wall_s": wall_s,
         "sim_time_s": s.sim_time_s,
         "cost_usd": s.cost_usd,
+        "estimate_miss": s.estimate_miss,
         "actors_per_round": s.actors_per_round,
         **dataclasses.asdict(c),
         "trained_fraction": c.trained_fraction(),

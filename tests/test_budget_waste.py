@@ -166,3 +166,63 @@ def test_a_fan_out_started_ahead_runs_even_when_the_round_before_overran_its_est
     _charge(rules, 1.2)
     assert rules.before_round() == "budget"                    # and nothing more starts
 
+
+
+def test_a_round_dearer_than_its_estimate_widens_every_later_estimate() -> None:
+    """Round 2 is charged $2.4 against a $1.2 estimate (the machine got busy): from then on a
+    round must fit the budget left twice over, so a last round that runs as slowly as round 2
+    did cannot overspend. The miss is the worst seen, not the latest."""
+    rules = _rules(budget=10.0)
+    _charge(rules, 1.0)                                        # round 1, estimated before
+    estimate = rules.round_usd(1)                              # anything was measured: $1.2
+    rules.note_charge(estimate, 2.4)
+    _charge(rules, 2.4)                                        # round 2: $3.4 of $10
+    assert rules.state.estimate_miss == pytest.approx(2.0)
+    assert rules.guarded_usd(1) == pytest.approx(2 * rules.round_usd(1))
+    rules.note_charge(rules.round_usd(1), 1.0)                 # a cheap round: no change
+    assert rules.state.estimate_miss == pytest.approx(2.0)
+    _charge(rules, 2.4)                                        # $4.2 left, estimate $2.88
+    assert rules.round_usd(1) <= rules.budget_left()           # the estimate alone fits...
+    assert rules.sized(1) == 0                                 # ...but not twice over
+    assert rules.before_round() == "budget"
+
+
+def test_a_first_round_and_a_freak_round_do_not_strand_the_budget() -> None:
+    """Round 1 is priced before anything was measured, so its charge says nothing about the
+    estimate; and one freak round widens it by at most ``MISS_LIMIT``."""
+    from kernel.run_state import MISS_LIMIT
+
+    rules = _rules(budget=100.0)
+    rules.note_charge(None, 50.0)
+    assert rules.state.estimate_miss == 1.0
+    rules.note_charge(1.0, 1000.0)
+    assert rules.state.estimate_miss == MISS_LIMIT
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined", "async"])
+def test_rounds_slower_than_their_estimates_do_not_overspend_the_budget(
+        tmp_path: Path, mode: str) -> None:
+    """From round 3 on every round is charged twice what the aws model's envelope of recent
+    rounds says (as if each ran on a busier machine than the one it was timed on): the
+    allocator learns the miss and keeps it in hand, so the run still ends within its budget,
+    having spent most of it."""
+    plan = _plan(mode)
+
+    async def run() -> dict:
+        engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
+        async with engine:
+            cost = engine._roles.cost.plugin
+            charge = cost.charge
+
+            def slower(record: RoundRecord, receipts: list) -> dict[str, float]:
+                items = charge(record, receipts)
+                factor = 2.0 if record.round >= 3 else 1.0
+                return {k: v * factor for k, v in items.items()}
+
+            cost.charge = slower
+            return await engine.run()
+
+    summary = asyncio.run(run())
+    assert summary["stop_reason"] == "budget", summary
+    assert summary["estimate_miss"] > 1.4, summary["estimate_miss"]
+    assert 0.9 * BUDGET <= summary["cost_usd"] <= BUDGET, summary["cost_usd"] / BUDGET
