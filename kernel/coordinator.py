@@ -185,8 +185,9 @@ class Coordinator:
         else:
             record.sim_time_s = round_s - eval_s
 
-        # The estimate this round was sized by, taken before charging it moves the estimate.
-        estimate = self.rules.round_usd(n) if s.history else None
+        # The estimate of what this round is charged for (an async round may settle more
+        # invocations than its size), taken before charging it moves the estimate.
+        estimate = self.rules.round_usd(max(n, len(receipts))) if s.history else None
         with blame(roles.cost):
             items = roles.cost.charge(record, receipts)
         record.cost_usd = float(sum(items.values()))

@@ -72,6 +72,7 @@ def row(run_dir: Path) -> dict[str, Any] | None:
         "invocations": summary["invocations"],
         "invocations_cancelled": summary["invocations_cancelled"],
         "trained_fraction": summary["trained_fraction"],
+        "estimate_miss": summary.get("estimate_miss"),
     }
 
 
@@ -106,7 +107,7 @@ def run(args: argparse.Namespace) -> None:
                              timeout=900)
                 if proc.rc != 0:
                     c.log(f"  failed (rc {proc.rc}): {proc.stderr[-500:]}")
-    collect([args.out])
+    collect([args.out], args.name, args.title)
 
 
 def render(data: dict[str, Any]) -> str:
@@ -132,6 +133,10 @@ def render(data: dict[str, Any]) -> str:
              f"{len(over)} run(s) spent more than the budget.",
              c.md_table(["task", "mode", "runs", "least spent", "median", "most spent",
                          "stopped by"], table)]
+    missed = [r["estimate_miss"] for r in rows if (r.get("estimate_miss") or 1.0) > 1.0]
+    if missed:
+        lines.append(f"{len(missed)} run(s) had a round charged above its estimate (worst "
+                     f"{max(missed):.2f}x); each sized its later rounds by that miss.")
     if outside:
         lines.append("Outside 95-100 %: " + "; ".join(
             f"{r['task']} {r['mode']} {r['scaler']} seed {r['seed']} {r['spent']:.2%} "
@@ -148,6 +153,8 @@ def main() -> int:
     grid.add_argument("--scalers", nargs="+", choices=list(SCALERS), default=list(SCALERS))
     grid.add_argument("--seeds", type=int, default=101, help="first seed; each run the next")
     grid.add_argument("--out", type=Path, default=c.ROOT / "runs" / "spend_check")
+    grid.add_argument("--name", default="spend_check", help="result name")
+    grid.add_argument("--title", help="the section's title in RESULTS.md")
     gather = sub.add_parser("collect", help="rows from finished run directories")
     gather.add_argument("dirs", nargs="+", type=Path)
     gather.add_argument("--name", default="spend_check", help="result name")
