@@ -11,6 +11,11 @@ cannot). Per run it keeps the fraction of the budget spent and why the run stopp
     .venv/bin/python perf/spend_check.py run                   # the whole grid (about 1 h)
     .venv/bin/python perf/spend_check.py run --tasks Reacher-v5 --modes async --seeds 7
     .venv/bin/python perf/spend_check.py collect DIR [DIR ...]  # rows from finished runs
+    .venv/bin/python perf/spend_check.py churn --period 20       # beside a grid: load on, off
+
+``churn`` is the adversary of the allocator under measured durations: it keeps every core busy
+for a random 0.5-1.5 periods, then idle for as long, until stopped, so rounds run slower than
+the recent ones the estimate was fitted on, at any point of a run, its last rounds included.
 
 ``run`` skips runs already finished (resumable) and collects at the end; ``collect`` reads any
 run directories made from ``plans/hopper-nitro.toml`` with the settings in their plan.toml.
@@ -20,8 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import os
+import random
 import statistics
 import sys
+import time
 import tomllib
 from collections import Counter
 from pathlib import Path
@@ -110,6 +119,24 @@ def run(args: argparse.Namespace) -> None:
     collect([args.out], args.name, args.title)
 
 
+def _burn(until: float) -> None:
+    x = 0
+    while time.monotonic() < until:
+        x += 1
+
+
+def churn(period: float, seed: int) -> None:
+    """Load that switches on and off, until interrupted (see the module docstring)."""
+    rng = random.Random(seed)
+    cores = os.cpu_count() or 1
+    while True:
+        busy, idle = (period * rng.uniform(0.5, 1.5) for _ in range(2))
+        c.log(f"churn: {cores} cores busy for {busy:.0f} s, then idle for {idle:.0f} s")
+        with multiprocessing.Pool(cores) as pool:
+            pool.map(_burn, [time.monotonic() + busy] * cores)
+        time.sleep(idle)
+
+
 def render(data: dict[str, Any]) -> str:
     """Per task and mode: how many runs, the range of their spend, how they stopped; every
     budget-ended run outside 95-100 % by name."""
@@ -159,9 +186,14 @@ def main() -> int:
     gather.add_argument("dirs", nargs="+", type=Path)
     gather.add_argument("--name", default="spend_check", help="result name")
     gather.add_argument("--title", help="the section's title in RESULTS.md")
+    load = sub.add_parser("churn", help="busy, idle, busy, ... on every core, until stopped")
+    load.add_argument("--period", type=float, default=20.0, help="mean seconds of each phase")
+    load.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     if args.action == "run":
         run(args)
+    elif args.action == "churn":
+        churn(args.period, args.seed)
     else:
         collect(args.dirs, args.name, args.title)
     return 0
