@@ -185,9 +185,9 @@ class Coordinator:
         else:
             record.sim_time_s = round_s - eval_s
 
-        # The estimate of what this round is charged for (an async round may settle more
-        # invocations than its size), taken before charging it moves the estimate.
-        estimate = self.rules.round_usd(max(n, len(receipts))) if s.history else None
+        # The estimate this round's invocations started on (an async round may settle more of
+        # them than its size, launched up to max_lag rounds ago).
+        estimate = self.rules.estimate_ran_on(max(n, len(receipts)))
         with blame(roles.cost):
             items = roles.cost.charge(record, receipts)
         record.cost_usd = float(sum(items.values()))
@@ -200,6 +200,7 @@ class Coordinator:
         s.sim_time_s += record.sim_time_s
         s.actors_per_round.append(n)
         s.history.append(record)
+        self.rules.remember_estimates()
         s.note_evaluation(eval_return)
 
         decided, self.decided_ahead = self.decided_ahead, None

@@ -10,6 +10,7 @@ so the scaler's cap and the stop rule can never disagree.
 from __future__ import annotations
 
 import dataclasses
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -119,11 +120,12 @@ class StopRules:
 
     An estimate from measured durations can be beaten by a round that runs slower than any
     recent one (the machine got busy, a Lambda landed on a slow host). Each charged round's
-    miss is remembered (``note_charge``): from then on the allocator asks the budget left to
-    pay for the estimate times the worst miss seen, so a run whose rounds have already cost
-    more than estimated keeps that much in hand for its last ones. Far from the end this
-    changes nothing; at the end it shrinks the last rounds a little earlier. Under a time
-    model the estimate bounds the charge and the miss stays 1.
+    miss against the estimate its invocations started on is remembered (``note_charge``;
+    overlapped invocations start a round or more ahead, on an older estimate): from then on
+    the allocator asks the budget left to pay for the estimate times the worst miss seen, so
+    a run whose rounds have already cost more than estimated keeps that much in hand for its
+    last ones. Far from the end this changes nothing; at the end it shrinks the last rounds a
+    little earlier. Under a time model the estimate bounds the charge and the miss stays 1.
     """
 
     def __init__(self, plan: dict[str, Any], state: RunState, cost: CostModel,
@@ -137,6 +139,12 @@ class StopRules:
         #: The round whose invocations the allocator let start ahead of it (an overlapped
         #: fan-out, an async fleet): that round runs whatever the budget left now says.
         self.committed: int | None = None
+        #: The estimates (by actor count) the allocator held after each recent round: a round's
+        #: invocations may have started on any of them, up to this many rounds ahead of it
+        #: (pipelined one, an async fleet up to ``max_lag`` + 1).
+        ahead = {"sync": 0, "pipelined": 1}.get(plan["run"]["mode"],
+                                                 int(plan["actors"]["max_lag"]) + 1)
+        self._estimates: deque[list[float]] = deque(maxlen=ahead + 1)
 
     # -- the budget allocator -----------------------------------------------------------------
 
@@ -152,9 +160,26 @@ class StopRules:
         estimate, widened by the worst miss the run has seen."""
         return self.round_usd(actors) * self.state.estimate_miss
 
+    def remember_estimates(self) -> None:
+        """Keep the estimate every round size has now that a round was charged: the next
+        rounds' invocations start on it (``estimate_ran_on``)."""
+        if self.limits["budget_usd"] is not None:
+            self._estimates.append([self.round_usd(n) for n in range(1, self.n_max + 1)])
+
+    def estimate_ran_on(self, actors: int) -> float | None:
+        """The lowest estimate of a round of ``actors`` that any of its invocations can have
+        started on (None before a round was charged: round 1 is priced before anything was
+        measured). Larger than ``actors.max`` (an async round settling stragglers): the
+        largest count's, in proportion."""
+        if not self._estimates:
+            return None
+        n = max(1, actors)
+        return min(table[n - 1] if n <= len(table) else table[-1] * n / len(table)
+                   for table in self._estimates)
+
     def note_charge(self, estimate_usd: float | None, charged_usd: float) -> None:
-        """Remember how far a round's charge went past the estimate it was sized by (None: a
-        first round, priced before anything was measured, says nothing of the estimate)."""
+        """Remember how far a round's charge went past the estimate it ran on (None: says
+        nothing of the estimate)."""
         if estimate_usd is None or estimate_usd <= 0.0 or charged_usd <= estimate_usd:
             return
         miss = min(MISS_LIMIT, charged_usd / estimate_usd)

@@ -120,19 +120,23 @@ def _record(number: int, usd: float) -> RoundRecord:
                        eval_return=None, episode_return_mean=None, probes={}, cost_usd=usd)
 
 
-def _rules(budget: float) -> StopRules:
+def _rules(budget: float, mode: str = "sync") -> StopRules:
     plan = {"stop": {"budget_usd": budget, "max_rounds": None, "max_env_steps": None,
                      "max_wall_s": None, "target_return": None},
-            "actors": {"min": 1, "max": 1}}
+            "run": {"mode": mode}, "actors": {"min": 1, "max": 1, "max_lag": 2}}
     return StopRules(plan, RunState(), _RisingEstimate(), wall_s=lambda: 0.0)  # type: ignore[arg-type]
 
 
 def _charge(rules: StopRules, usd: float) -> None:
+    """Charge a round as the coordinator does: against the estimate it ran on."""
     s = rules.state
+    estimate = rules.estimate_ran_on(1)
     s.round += 1
     s.cost_usd += usd
-    s.history.append(_record(s.round, usd))
     rules.cost.charges.append(usd)  # type: ignore[attr-defined]
+    rules.note_charge(estimate, usd)
+    s.history.append(_record(s.round, usd))
+    rules.remember_estimates()
 
 
 def test_a_fan_out_started_ahead_is_trained_on_when_the_round_before_it_raised_the_estimate(
@@ -173,9 +177,9 @@ def test_a_round_dearer_than_its_estimate_widens_every_later_estimate() -> None:
     round must fit the budget left twice over, so a last round that runs as slowly as round 2
     did cannot overspend. The miss is the worst seen, not the latest."""
     rules = _rules(budget=10.0)
-    _charge(rules, 1.0)                                        # round 1, estimated before
-    estimate = rules.round_usd(1)                              # anything was measured: $1.2
-    rules.note_charge(estimate, 2.4)
+    _charge(rules, 1.0)                                        # round 1: priced before
+    assert rules.state.estimate_miss == 1.0                    # anything was measured
+    assert rules.estimate_ran_on(1) == pytest.approx(1.2)
     _charge(rules, 2.4)                                        # round 2: $3.4 of $10
     assert rules.state.estimate_miss == pytest.approx(2.0)
     assert rules.guarded_usd(1) == pytest.approx(2 * rules.round_usd(1))
@@ -185,6 +189,23 @@ def test_a_round_dearer_than_its_estimate_widens_every_later_estimate() -> None:
     assert rules.round_usd(1) <= rules.budget_left()           # the estimate alone fits...
     assert rules.sized(1) == 0                                 # ...but not twice over
     assert rules.before_round() == "budget"
+
+
+def test_an_async_round_is_measured_against_the_estimate_its_invocations_started_on() -> None:
+    """An async fleet's invocations start up to ``max_lag`` + 1 rounds before the round that
+    trains on them. When costs climb round after round each charge is within the estimate
+    of the round just before it, yet above the one the invocations were launched on: the
+    miss is taken against the lowest estimate they can have started on. A sync round's
+    invocations start on the latest one."""
+    charges = [1.0, 1.0, 1.0, 1.15, 1.38, 1.65]
+    misses = {}
+    for mode in ("sync", "async"):
+        rules = _rules(budget=100.0, mode=mode)
+        for usd in charges:
+            _charge(rules, usd)
+        misses[mode] = rules.state.estimate_miss
+    assert misses["sync"] == pytest.approx(1.0)                 # each within 1.2 x the last
+    assert misses["async"] == pytest.approx(1.65 / 1.2)         # against round 3's estimate
 
 
 def test_a_first_round_and_a_freak_round_do_not_strand_the_budget() -> None:
