@@ -304,7 +304,7 @@ class OverlappedRounds:
         its fan-out now or at a snapshot point of the coming update."""
         c = self.c
         pending_steps = sum(int(b["env_steps"]) for b in batches)
-        pending_usd = c.rules.guarded_usd(n)
+        pending_usd = c.rules.round_usd(n)
         wanted = c.scale(None, number=number, current=n, pending_usd=pending_usd)
         size = c.rules.fan_out_size(wanted, pending_steps, pending_usd)
         c.decided_ahead = max(wanted, c.rules.n_min)

@@ -81,8 +81,8 @@ class RunState:
     actors_next: int = 1
     #: Spend so far, by the cost model; evaluation time is not part of it.
     cost_usd: float = 0.0
-    #: The largest ratio so far of a round's charge to the allocator's estimate of it (at
-    #: least 1): rounds are sized at the estimate times this (``StopRules.guarded_usd``).
+    #: The largest ratio so far of a round's charge to the estimate it ran on (at least 1):
+    #: the allocator keeps a repeat of it in hand (``StopRules.reserve_usd``).
     estimate_miss: float = 1.0
     #: Simulated cloud time: what the run would have taken with its fan-out concurrent.
     sim_time_s: float = 0.0
@@ -103,9 +103,11 @@ class RunState:
 
 #: Empty rounds in a row after which the actors are taken to be failing for good.
 EMPTY_ROUNDS_LIMIT = 3
-#: The most the allocator widens its estimate by for misses seen (``StopRules.note_charge``):
-#: one freak round (a machine swapping, a debugger attached) must not strand a budget.
-MISS_LIMIT = 3.0
+#: The most the allocator keeps in hand against a repeat of the worst miss seen, as a share of
+#: the budget (``StopRules.reserve_usd``): the overruns measured under load were up to 1 % of a
+#: budget, and one freak round (a machine swapping, a debugger attached) must not strand more
+#: than this of it.
+RESERVE_SHARE = 0.02
 
 
 class StopRules:
@@ -122,10 +124,10 @@ class StopRules:
     recent one (the machine got busy, a Lambda landed on a slow host). Each charged round's
     miss against the estimate its invocations started on is remembered (``note_charge``;
     overlapped invocations start a round or more ahead, on an older estimate): from then on
-    the allocator asks the budget left to pay for the estimate times the worst miss seen, so
-    a run whose rounds have already cost more than estimated keeps that much in hand for its
-    last ones. Far from the end this changes nothing; at the end it shrinks the last rounds a
-    little earlier. Under a time model the estimate bounds the charge and the miss stays 1.
+    the allocator keeps in hand, beside what it starts, a repeat of the worst miss seen, at
+    most ``RESERVE_SHARE`` of the budget (``reserve_usd``). Far from the end this changes
+    nothing; at the end it shrinks the last rounds a little earlier. Under a time model the
+    estimate bounds the charge and the miss stays 1.
     """
 
     def __init__(self, plan: dict[str, Any], state: RunState, cost: CostModel,
@@ -155,10 +157,21 @@ class StopRules:
             return max(0.0, float(self.cost.estimate_first_round_usd(actors) or 0.0))
         return max(0.0, float(self.cost.estimate_round_usd(history[-1], actors)))
 
-    def guarded_usd(self, actors: int) -> float:
-        """What the allocator asks the budget left to hold for a round of ``actors``: the
-        estimate, widened by the worst miss the run has seen."""
-        return self.round_usd(actors) * self.state.estimate_miss
+    def reserve_usd(self, estimate_usd: float) -> float:
+        """What to keep in hand beside ``estimate_usd`` of work started: that work missing its
+        estimate as badly as the worst round so far did, at most ``RESERVE_SHARE`` of the
+        budget (0 without a budget)."""
+        budget = self.limits["budget_usd"]
+        if budget is None:
+            return 0.0
+        return min((self.state.estimate_miss - 1.0) * estimate_usd, RESERVE_SHARE * budget)
+
+    def fits(self, estimate_usd: float, pending_usd: float = 0.0) -> bool:
+        """Whether the budget left pays for ``estimate_usd`` of work after ``pending_usd``
+        started and not charged yet, with the reserve for both (True without a budget)."""
+        left = self.budget_left()
+        started = pending_usd + estimate_usd
+        return left is None or started + self.reserve_usd(started) <= left
 
     def remember_estimates(self) -> None:
         """Keep the estimate every round size has now that a round was charged: the next
@@ -182,7 +195,7 @@ class StopRules:
         nothing of the estimate)."""
         if estimate_usd is None or estimate_usd <= 0.0 or charged_usd <= estimate_usd:
             return
-        miss = min(MISS_LIMIT, charged_usd / estimate_usd)
+        miss = charged_usd / estimate_usd
         if miss > self.state.estimate_miss:
             log.info("round_cost_over_estimate", round=self.state.round + 1,
                      estimate_usd=estimate_usd, charged_usd=charged_usd, miss=round(miss, 3))
@@ -198,15 +211,14 @@ class StopRules:
         """The largest actor count (at most ``actors.max``) whose round the budget left can pay
         for, after ``pending_usd`` of work done but not charged yet; 0 when not even one actor
         fits; None without a budget."""
-        left = self.budget_left(pending_usd)
-        if left is None:
+        if self.limits["budget_usd"] is None:
             return None
-        if self.guarded_usd(1) > left:
+        if not self.fits(self.round_usd(1), pending_usd):
             return 0
         lo, hi = 1, self.n_max  # the estimate grows with the actor count: bisect
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.guarded_usd(mid) <= left:
+            if self.fits(self.round_usd(mid), pending_usd):
                 lo = mid
             else:
                 hi = mid - 1
@@ -217,17 +229,14 @@ class StopRules:
         rounds that train on them, ``per_round`` to a round, each round priced as one of that
         many actors (its learner update included)."""
         full, rest = divmod(invocations, max(1, per_round))
-        return full * self.guarded_usd(per_round) + (self.guarded_usd(rest) if rest else 0.0)
+        return full * self.round_usd(per_round) + (self.round_usd(rest) if rest else 0.0)
 
     def launchable(self, wanted: int, uncharged: int, per_round: int) -> int:
         """Async: how many of ``wanted`` more invocations may start while ``uncharged`` are
         launched and not yet charged. The fleet outlives its rounds, so the budget must pay
         for every invocation it holds, not only the coming round's."""
-        left = self.budget_left()
-        if left is None:
-            return max(0, wanted)
         n = max(0, wanted)
-        while n > 0 and self.fleet_usd(uncharged + n, per_round) > left:
+        while n > 0 and not self.fits(self.fleet_usd(uncharged + n, per_round)):
             n -= 1
         return n
 

@@ -172,23 +172,43 @@ def test_a_fan_out_started_ahead_runs_even_when_the_round_before_overran_its_est
 
 
 
-def test_a_round_dearer_than_its_estimate_widens_every_later_estimate() -> None:
-    """Round 2 is charged $2.4 against a $1.2 estimate (the machine got busy): from then on a
-    round must fit the budget left twice over, so a last round that runs as slowly as round 2
-    did cannot overspend. The miss is the worst seen, not the latest."""
-    rules = _rules(budget=10.0)
+def test_a_round_dearer_than_its_estimate_is_kept_in_hand_for_the_last_rounds() -> None:
+    """Round 2 is charged $2.4 against a $1.2 estimate (the machine got busy): from then on
+    the allocator keeps a repeat of that miss in hand beside each round it starts, so a last
+    round that runs as slowly as round 2 did cannot overspend. The miss is the worst seen,
+    not the latest; what is kept in hand is at most ``RESERVE_SHARE`` of the budget."""
+    from kernel.run_state import RESERVE_SHARE
+
+    rules = _rules(budget=1000.0)
     _charge(rules, 1.0)                                        # round 1: priced before
     assert rules.state.estimate_miss == 1.0                    # anything was measured
     assert rules.estimate_ran_on(1) == pytest.approx(1.2)
-    _charge(rules, 2.4)                                        # round 2: $3.4 of $10
+    _charge(rules, 2.4)                                        # round 2
     assert rules.state.estimate_miss == pytest.approx(2.0)
-    assert rules.guarded_usd(1) == pytest.approx(2 * rules.round_usd(1))
     rules.note_charge(rules.round_usd(1), 1.0)                 # a cheap round: no change
     assert rules.state.estimate_miss == pytest.approx(2.0)
-    _charge(rules, 2.4)                                        # $4.2 left, estimate $2.88
-    assert rules.round_usd(1) <= rules.budget_left()           # the estimate alone fits...
-    assert rules.sized(1) == 0                                 # ...but not twice over
+    estimate = rules.round_usd(1)                              # 1.2 x 2.4
+    assert rules.reserve_usd(estimate) == pytest.approx(estimate)
+    assert rules.reserve_usd(10 * estimate) == pytest.approx(RESERVE_SHARE * 1000.0)
+    rules.state.cost_usd = 1000.0 - 1.5 * estimate            # the estimate fits...
+    assert rules.sized(1) == 0                                 # ...but not with its reserve
     assert rules.before_round() == "budget"
+    rules.state.cost_usd = 1000.0 - 2.01 * estimate
+    assert rules.sized(1) == 1
+
+
+def test_a_first_round_or_a_freak_round_does_not_strand_the_budget() -> None:
+    """Round 1 is priced before anything was measured, so its charge says nothing of the
+    estimate; and one freak round (a timeout billed to the function's limit) is reported as
+    it was, but keeps at most ``RESERVE_SHARE`` of the budget in hand."""
+    from kernel.run_state import RESERVE_SHARE
+
+    rules = _rules(budget=100.0)
+    rules.note_charge(None, 50.0)
+    assert rules.state.estimate_miss == 1.0
+    rules.note_charge(1.0, 1000.0)
+    assert rules.state.estimate_miss == pytest.approx(1000.0)
+    assert rules.reserve_usd(5.0) == pytest.approx(RESERVE_SHARE * 100.0)
 
 
 def test_an_async_round_is_measured_against_the_estimate_its_invocations_started_on() -> None:
@@ -208,26 +228,17 @@ def test_an_async_round_is_measured_against_the_estimate_its_invocations_started
     assert misses["async"] == pytest.approx(1.65 / 1.2)         # against round 3's estimate
 
 
-def test_a_first_round_and_a_freak_round_do_not_strand_the_budget() -> None:
-    """Round 1 is priced before anything was measured, so its charge says nothing about the
-    estimate; and one freak round widens it by at most ``MISS_LIMIT``."""
-    from kernel.run_state import MISS_LIMIT
-
-    rules = _rules(budget=100.0)
-    rules.note_charge(None, 50.0)
-    assert rules.state.estimate_miss == 1.0
-    rules.note_charge(1.0, 1000.0)
-    assert rules.state.estimate_miss == MISS_LIMIT
-
-
 @pytest.mark.parametrize("mode", ["sync", "pipelined", "async"])
 def test_rounds_slower_than_their_estimates_do_not_overspend_the_budget(
         tmp_path: Path, mode: str) -> None:
     """From round 3 on every round is charged twice what the aws model's envelope of recent
     rounds says (as if each ran on a busier machine than the one it was timed on): the
-    allocator learns the miss and keeps it in hand, so the run still ends within its budget,
-    having spent most of it."""
+    allocator learns the miss and keeps a repeat of it in hand, so the run still ends within
+    its budget, having spent at least 95 % of it. (A round here is about 2 % of the budget,
+    so its miss fits the reserve's cap.)"""
+    budget = 4 * BUDGET
     plan = _plan(mode)
+    plan["stop"]["budget_usd"] = budget
 
     async def run() -> dict:
         engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
@@ -246,4 +257,4 @@ def test_rounds_slower_than_their_estimates_do_not_overspend_the_budget(
     summary = asyncio.run(run())
     assert summary["stop_reason"] == "budget", summary
     assert summary["estimate_miss"] > 1.4, summary["estimate_miss"]
-    assert 0.9 * BUDGET <= summary["cost_usd"] <= BUDGET, summary["cost_usd"] / BUDGET
+    assert 0.95 * budget <= summary["cost_usd"] <= budget, summary["cost_usd"] / budget
