@@ -163,7 +163,7 @@ def render(data: dict[str, Any]) -> str:
     missed = [r["estimate_miss"] for r in rows if (r.get("estimate_miss") or 1.0) > 1.0]
     if missed:
         lines.append(f"{len(missed)} run(s) had a round charged above its estimate (worst "
-                     f"{max(missed):.2f}x); each sized its later rounds by that miss.")
+                     f"{max(missed):.2f}x).")
     if outside:
         lines.append("Outside 95-100 %: " + "; ".join(
             f"{r['task']} {r['mode']} {r['scaler']} seed {r['seed']} {r['spent']:.2%} "
