@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import tomllib
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -38,6 +39,21 @@ def _plan(mode: str) -> dict:
     plan["cost"] = {"name": "aws"}  # default prices and estimate_margin
     plan["checkpoint"] = {"enabled": False}
     return plan
+
+
+Charge = Callable[[RoundRecord, list], dict[str, float]]
+
+
+def _run_charging(plan: dict, out: Path, wrap: Callable[[Charge], Charge]) -> dict:
+    """Run ``plan`` with the cost model's ``charge`` replaced by ``wrap(charge)``."""
+    async def run() -> dict:
+        engine = Engine.from_plan(plan, out_dir=out)
+        async with engine:
+            cost = engine._roles.cost.plugin
+            cost.charge = wrap(cost.charge)
+            return await engine.run()
+
+    return asyncio.run(run())
 
 
 @pytest.mark.parametrize(("mode", "actors"), [
@@ -76,20 +92,13 @@ def test_every_invocation_is_charged_once_when_the_target_ends_the_run(
     plan["probes"] = [{"name": "eval", "every": 3, "episodes": 10}]
     charged: list[str] = []
 
-    async def run() -> dict:
-        engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
-        async with engine:
-            cost = engine._roles.cost.plugin
-            charge = cost.charge
+    def counting(charge: Charge) -> Charge:
+        def counted(record: RoundRecord, receipts: list) -> dict[str, float]:
+            charged.extend(r.request_id for r in receipts)
+            return charge(record, receipts)
+        return counted
 
-            def counting(record: RoundRecord, receipts: list) -> dict[str, float]:
-                charged.extend(r.request_id for r in receipts)
-                return charge(record, receipts)
-
-            cost.charge = counting
-            return await engine.run()
-
-    summary = asyncio.run(run())
+    summary = _run_charging(plan, tmp_path / "run", counting)
     events = [json.loads(line) for line in (tmp_path / "run" / "events.jsonl").open()]
     invoked = [e["request_id"] for e in events if e["event"] == "InvocationFinished"]
     assert summary["stop_reason"] == "target_return" and summary["rounds"] == 3, summary
@@ -240,21 +249,13 @@ def test_rounds_slower_than_their_estimates_do_not_overspend_the_budget(
     plan = _plan(mode)
     plan["stop"]["budget_usd"] = budget
 
-    async def run() -> dict:
-        engine = Engine.from_plan(plan, out_dir=tmp_path / "run")
-        async with engine:
-            cost = engine._roles.cost.plugin
-            charge = cost.charge
+    def slower(charge: Charge) -> Charge:
+        def doubled(record: RoundRecord, receipts: list) -> dict[str, float]:
+            factor = 2.0 if record.round >= 3 else 1.0
+            return {k: v * factor for k, v in charge(record, receipts).items()}
+        return doubled
 
-            def slower(record: RoundRecord, receipts: list) -> dict[str, float]:
-                items = charge(record, receipts)
-                factor = 2.0 if record.round >= 3 else 1.0
-                return {k: v * factor for k, v in items.items()}
-
-            cost.charge = slower
-            return await engine.run()
-
-    summary = asyncio.run(run())
+    summary = _run_charging(plan, tmp_path / "run", slower)
     assert summary["stop_reason"] == "budget", summary
     assert summary["estimate_miss"] > 1.4, summary["estimate_miss"]
     assert 0.95 * budget <= summary["cost_usd"] <= budget, summary["cost_usd"] / budget
