@@ -141,12 +141,13 @@ class StopRules:
         #: The round whose invocations the allocator let start ahead of it (an overlapped
         #: fan-out, an async fleet): that round runs whatever the budget left now says.
         self.committed: int | None = None
-        #: The estimates (by actor count) the allocator held after each recent round: a round's
-        #: invocations may have started on any of them, up to this many rounds ahead of it
-        #: (pipelined one, an async fleet up to ``max_lag`` + 1).
+        #: The estimates (by actor count) the allocator held after each recent round, kept only
+        #: where invocations start ahead of their round (pipelined one round, an async fleet up
+        #: to ``max_lag`` + 1) and so may have started on an older one; a sync round's started
+        #: on the estimate still current when it is charged.
         ahead = {"sync": 0, "pipelined": 1}.get(plan["run"]["mode"],
                                                  int(plan["actors"]["max_lag"]) + 1)
-        self._estimates: deque[list[float]] = deque(maxlen=ahead + 1)
+        self._estimates: deque[list[float]] = deque(maxlen=ahead + 1 if ahead else 0)
 
     # -- the budget allocator -----------------------------------------------------------------
 
@@ -176,7 +177,7 @@ class StopRules:
     def remember_estimates(self) -> None:
         """Keep the estimate every round size has now that a round was charged: the next
         rounds' invocations start on it (``estimate_ran_on``)."""
-        if self.limits["budget_usd"] is not None:
+        if self._estimates.maxlen and self.limits["budget_usd"] is not None:
             self._estimates.append([self.round_usd(n) for n in range(1, self.n_max + 1)])
 
     def estimate_ran_on(self, actors: int) -> float | None:
@@ -184,11 +185,12 @@ class StopRules:
         started on (None before a round was charged: round 1 is priced before anything was
         measured). Larger than ``actors.max`` (an async round settling stragglers): the
         largest count's, in proportion."""
-        if not self._estimates:
+        if not self.state.history:
             return None
         n = max(1, actors)
-        return min(table[n - 1] if n <= len(table) else table[-1] * n / len(table)
-                   for table in self._estimates)
+        return min([self.round_usd(n), *(table[n - 1] if n <= len(table)
+                                          else table[-1] * n / len(table)
+                                          for table in self._estimates)])
 
     def note_charge(self, estimate_usd: float | None, charged_usd: float) -> None:
         """Remember how far a round's charge went past the estimate it ran on (None: says

@@ -47,10 +47,7 @@ RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "gpu_check_bf16": "gpu_check", "gpu_check_scan": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
              "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
-             "boost_premise_walker2d": "boost_premise", "spend_check": "spend_check",
-             "spend_check_c02a9e6": "spend_check", "spend_check_async_rerun": "spend_check",
-             "spend_check_churn": "spend_check", "spend_check_churn_35cb807": "spend_check",
-             "spend_check_churn_4e5bed7": "spend_check", "spend_check_churn_fd9feb1": "spend_check"}
+             "boost_premise_walker2d": "boost_premise"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
 BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
@@ -98,6 +95,8 @@ def renderer(name: str) -> str | None:
         return "atari_curve"
     if name.startswith("compare_peers"):  # one table per machine the peers ran on
         return "compare_peers"
+    if name.startswith("spend_check"):  # one result per grid (code, load)
+        return "spend_check"
     if BOOST_PROTOCOL.fullmatch(name):  # perf/boost.py, one result per protocol and clock
         return "boost"
     return "boost_budget" if BUDGET_STUDY.fullmatch(name) else None
