@@ -223,7 +223,7 @@ def _run_state(body: dict[str, Any]) -> RunState:
     return RunState(
         **raw,
         counters=counters,
-        history=[RoundRecord(**r) for r in body["history"]],
+        history=[RoundRecord.from_plain(r) for r in body["history"]],
         seen_requests=set(body.get("seen_requests", [])),
     )
 

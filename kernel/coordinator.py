@@ -33,6 +33,7 @@ from kernel.intake import Intake
 from kernel.roles import (
     Batch,
     ProbeContext,
+    ProbeRun,
     Receipt,
     RoundRecord,
     ScaleContext,
@@ -163,7 +164,11 @@ class Coordinator:
         """Probes, cost, the scaler's decision and the round's facts. ``after_decision`` runs
         as soon as the next round's size is known (an overlapped mode launches there)."""
         s, roles = self.state, self.roles
-        probe_values, probe_s, eval_s, eval_return = await self.probe(number, batches)
+        runs = await self.probe(number, batches)
+        probe_values = {k: v for run in runs for k, v in run.values.items()}
+        probe_s = sum(run.seconds for run in runs)
+        eval_s = sum(run.seconds for run in runs if run.evaluation)
+        eval_return = self.score_of(runs)
 
         round_steps = sum(int(b["env_steps"]) for b in batches)
         episodes = _concat(batches, "episode_returns", np.float64)
@@ -176,7 +181,7 @@ class Coordinator:
             cold_starts=sum(r.cold_start for r in receipts),
             eval_return=eval_return,
             episode_return_mean=float(episodes.mean()) if episodes.size else None,
-            probes=probe_values,
+            probes=probe_values, probe_runs=runs,
         )
         # Simulated time is training time: evaluation is measured but left out, as from cost.
         if roles.actors.simulate:
@@ -223,12 +228,10 @@ class Coordinator:
         return record
 
     async def probe(self, number: int, batches: list[Batch], *, evaluation_only: bool = False
-                    ) -> tuple[dict[str, float], float, float, float | None]:
-        """Run the probes due this round: their values, their time, the part of it spent
-        evaluating (which the budget does not pay for), and the evaluation's score."""
-        values: dict[str, float] = {}
-        total = eval_s = 0.0
-        score: float | None = None
+                    ) -> list[ProbeRun]:
+        """Run the probes due this round, each timed on its own (a time model replaces the
+        seconds of the probes it knows, and evaluation is measured but not charged)."""
+        runs: list[ProbeRun] = []
         ctx = ProbeContext(round=number, learner=self.roles.learner.plugin, batches=batches,
                            seed=self.plan["run"]["seed"] + number)
         for slot in self.roles.probes:
@@ -241,14 +244,20 @@ class Coordinator:
             with blame(slot.probe):
                 measured = await asyncio.to_thread(slot.probe.measure, ctx)
             probe_s = time.perf_counter() - t0
-            total += probe_s
-            if slot.score is not None:
-                eval_s += probe_s
-                score = measured.get(slot.score, score)
-            values.update(measured)
+            runs.append(ProbeRun(name=slot.name, seconds=probe_s, values=measured,
+                                 score=slot.score))
             self.publish(ev.ProbeMeasured(round=number, probe=slot.name, probe_s=probe_s,
                                           values=finite(measured)))
-        return values, total, eval_s, score
+        return runs
+
+    @staticmethod
+    def score_of(runs: list[ProbeRun]) -> float | None:
+        """The policy's score this round: the last evaluating probe's, if one reported it."""
+        score: float | None = None
+        for run in runs:
+            if run.score is not None:
+                score = run.values.get(run.score, score)
+        return score
 
     def scale(self, record: RoundRecord | None, *, number: int | None = None,
               current: int | None = None, pending_usd: float = 0.0) -> int:
@@ -279,7 +288,7 @@ class Coordinator:
             return
         if s.history and s.history[-1].eval_return is not None:
             return
-        s.note_evaluation((await self.probe(s.round, [], evaluation_only=True))[3])
+        s.note_evaluation(self.score_of(await self.probe(s.round, [], evaluation_only=True)))
 
     async def close(self) -> None:
         """Give up on what is still in flight, and charge it: on AWS those invocations run

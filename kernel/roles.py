@@ -223,6 +223,23 @@ class Transport(Lifecycle, Protocol):
 
 
 @dataclass(slots=True)
+class ProbeRun:
+    """One probe's measurement in one round: a cost model that bills probes by the work they
+    did (a time model) replaces ``seconds`` for the probes it knows, from their ``values``."""
+
+    name: str
+    seconds: float
+    values: dict[str, float]
+    #: The value that is the policy's score when the probe evaluates the policy (its time is
+    #: measured, not charged to the training budget), else None.
+    score: str | None = None
+
+    @property
+    def evaluation(self) -> bool:
+        return self.score is not None
+
+
+@dataclass(slots=True)
 class RoundRecord:
     """The facts about one finished round that scalers, cost models and stop rules read."""
 
@@ -243,6 +260,16 @@ class RoundRecord:
     #: Part of ``probe_s`` spent evaluating the policy (the probe marked ``evaluation``):
     #: measured and reported, but not charged to the training budget.
     eval_s: float = 0.0
+    #: Each probe that ran this round, in plan order (``probe_s`` is their seconds' sum).
+    probe_runs: list[ProbeRun] = field(default_factory=list)
+
+    @classmethod
+    def from_plain(cls, raw: Mapping[str, Any]) -> RoundRecord:
+        """A record from its checkpointed form, where probe runs are plain dicts (and absent
+        from checkpoints written before they were kept)."""
+        raw = dict(raw)
+        raw["probe_runs"] = [ProbeRun(**p) for p in raw.get("probe_runs", [])]
+        return cls(**raw)
 
 
 @dataclass(slots=True)

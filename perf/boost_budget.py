@@ -27,7 +27,8 @@ Durations are measured here by default, so the rounds a budget buys depend on th
 load; ``--clock model`` bills every run from the time model instead (``cost.time_model``),
 whose constants ``fit`` takes from measured runs and keeps in perf/results/time_model_<task>.json:
 such runs cost the same under any load, and their folders and results end in ``-model``. A
-task without a model gets one first from two calibration runs (``calibrate``).
+task without a model gets one first from two calibration runs (``calibrate``); ``fit-gns``
+adds the gns probe's constants to a model fitted before that probe was timed by it.
 ``--clock model_cuda`` keeps that model's actor seconds (Lambdas run on CPUs) and takes the
 learner's and the probe's from perf/gpu_check.py's run on a GPU (perf/results/gpu_check.json);
 its folders and results end in ``-model-cuda``.
@@ -37,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -59,6 +61,9 @@ STORED = ROOT / "perf" / "boost_runs"
 ROUND_FIELDS = ("round", "actors", "env_steps", "round_env_steps", "eval_return",
                 "episode_return_mean", "round_s", "learner_s", "probe_s", "sim_time_s",
                 "cost_usd", "ts", "probes")
+CALIBRATION_PROBES = ('probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=1}, '
+                      '{name="gns", every=1}]')
+GNS_PROBES = 'probes=[{name="eval", every=10, episodes=10}, {name="gns", every=1}]'
 #: Each setting names the start count it ran with (the plan's count changed from 2 to 8 when
 #: the anchored rule became the default; the adaptive rules keep the 2 their stored runs used).
 SETTINGS = {
@@ -90,10 +95,14 @@ SETTINGS = {
     "anchored8_p4_lr": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
                         'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]',
                         "algo.lr_reference_minibatch=64"],
-    # Calibration for a task's time model (``fit``): the Hessian probe runs every round at a
-    # fixed N, so updates and probes are seen many times at two sizes.
-    "probe_n2": ['scaler={name="no_boost"}', "actors.count=2"],
-    "probe_n16": ['scaler={name="no_boost"}', "actors.count=16"],
+    # Calibration for a task's time model (``fit``): the Hessian and gns probes run every
+    # round at a fixed N, so updates and probes are seen many times at two sizes (the gns
+    # probe takes 1,024 samples at N = 2 and its cap of 4,096 at N = 16).
+    "probe_n2": ['scaler={name="no_boost"}', "actors.count=2", CALIBRATION_PROBES],
+    "probe_n16": ['scaler={name="no_boost"}', "actors.count=16", CALIBRATION_PROBES],
+    # The gns probe alone, to add its constants to a model fitted before it had any.
+    "gns_n2": ['scaler={name="fixed"}', "actors.count=2", GNS_PROBES],
+    "gns_n16": ['scaler={name="fixed"}', "actors.count=16", GNS_PROBES],
     "decay_only": ['scaler={name="decay_only"}', "actors.count=2"],
     "prototype": ['scaler={name="prototype"}', "actors.count=2"],
     "hydrozoa": ['scaler={name="hydrozoa"}', "actors.count=2"],
@@ -167,15 +176,55 @@ def model_path(task: str) -> Path:
     return written if written.exists() else ROOT / "perf" / "results" / name
 
 
+def line_through_medians(pairs: list[tuple[float, float]], min_count: int
+                         ) -> tuple[float, float]:
+    """(intercept, slope) of a straight line through the median of each size seen at least
+    ``min_count`` times, so rounds slowed by a neighbour's job move it little."""
+    sizes = sorted({x for x, _ in pairs})
+    xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= min_count]
+    if len(xs) < 2:
+        raise ValueError(f"a line needs two sizes seen at least {min_count} times each; "
+                         f"saw {sizes}")
+    ys = [float(np.median([y for x2, y in pairs if x2 == x])) for x in xs]
+    slope, intercept = np.polyfit(xs, ys, 1)
+    return max(0.0, float(intercept)), float(slope)
+
+
+def probe_pairs(paths: list[Path]) -> dict[str, list[tuple[float, float]]]:
+    """(work, seconds) of every Hessian and gns probe in runs' events: the Hessian's work is
+    samples x Lanczos steps, the gns probe's its samples."""
+    pairs: dict[str, list[tuple[float, float]]] = {"hessian": [], "gns": []}
+    for events in paths:
+        for line in events.open():
+            e = json.loads(line)
+            if e["event"] != "ProbeMeasured":
+                continue
+            v = e["values"]
+            if "lanczos_steps" in v and "hessian_samples" in v:
+                pairs["hessian"].append((v["hessian_samples"] * v["lanczos_steps"], e["probe_s"]))
+            elif "gns_samples" in v:
+                pairs["gns"].append((v["gns_samples"], e["probe_s"]))
+    return pairs
+
+
+def gns_constants(pairs: list[tuple[float, float]], min_count: int) -> dict[str, float]:
+    """The gns probe's constants from its (samples, seconds), or none when the runs did not
+    see it at two sizes (the model then bills that probe as measured)."""
+    try:
+        gns_s, gns_per = line_through_medians(pairs, min_count)
+    except ValueError:
+        return {}
+    return {"model_gns_s": gns_s, "model_gns_s_per_sample": gns_per}
+
+
 def fit_events(paths: list[Path], min_count: int = 5) -> dict[str, Any]:
     """The time model's constants (``cost.model_*``) from runs' events: per invocation
     milliseconds per env step, update seconds against env steps trained, Hessian probe seconds
-    against samples x Lanczos steps; a straight line through the median of each size, so
-    rounds slowed by a neighbour's job move it little (sizes seen fewer than ``min_count`` times
-    are left out; a short calibration run passes 1). Also says how many of each it saw."""
+    against samples x Lanczos steps, and gns probe seconds against its samples where the runs
+    ran it; each a line through the median of each size (sizes seen fewer than ``min_count``
+    times are left out; a short calibration run passes 1). Also says how many of each it saw."""
     per_step: list[float] = []
     update: list[tuple[float, float]] = []
-    probe: list[tuple[float, float]] = []
     for events in paths:
         for line in events.open():
             e = json.loads(line)
@@ -183,27 +232,16 @@ def fit_events(paths: list[Path], min_count: int = 5) -> dict[str, Any]:
                 per_step.append(e["duration_ms"] / e["env_steps"])
             elif e["event"] == "RoundFinished":
                 update.append((e["round_env_steps"], e["learner_s"]))
-            elif e["event"] == "ProbeMeasured" and e["probe"] == "hessian":
-                v = e["values"]
-                probe.append((v["hessian_samples"] * v["lanczos_steps"], e["probe_s"]))
-
-    def line_through_medians(pairs: list[tuple[float, float]]) -> tuple[float, float]:
-        sizes = sorted({x for x, _ in pairs})
-        xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= min_count]
-        if len(xs) < 2:
-            raise ValueError(f"a line needs two sizes seen at least {min_count} times each; "
-                             f"saw {sizes}")
-        ys = [float(np.median([y for x2, y in pairs if x2 == x])) for x in xs]
-        slope, intercept = np.polyfit(xs, ys, 1)
-        return max(0.0, float(intercept)), float(slope)
-
-    learner_s, learner_per_step = line_through_medians(update)
-    probe_s, probe_per = line_through_medians(probe)
+    probes = probe_pairs(paths)
+    learner_s, learner_per_step = line_through_medians(update, min_count)
+    probe_s, probe_per = line_through_medians(probes["hessian"], min_count)
     constants = {"model_actor_ms": 0.0, "model_actor_ms_per_step": float(np.median(per_step)),
                  "model_learner_s": learner_s, "model_learner_s_per_step": learner_per_step,
-                 "model_probe_s": probe_s, "model_probe_s_per_sample_step": probe_per}
+                 "model_probe_s": probe_s, "model_probe_s_per_sample_step": probe_per,
+                 **gns_constants(probes["gns"], min_count)}
     return {"constants": constants, "runs": len(paths), "invocations": len(per_step),
-            "updates": len(update), "probes": len(probe)}
+            "updates": len(update), "probes": len(probes["hessian"]),
+            "gns_probes": len(probes["gns"])}
 
 
 def constants_markdown(constants: dict[str, float]) -> str:
@@ -339,6 +377,47 @@ def calibrate(task: str, out: Path) -> Path:
         **fitted, "note": FIT_NOTE, "markdown": constants_markdown(fitted["constants"])})
     c.log(f"{task}: time model fitted on {runs} -> {path}")
     return path
+
+
+GNS_CALIBRATION = ("gns_n2", "gns_n16")
+
+
+def calibrate_gns(task: str, out: Path) -> Path:
+    """Add the gns probe's constants to ``task``'s time model, fitted on two short measured
+    runs of that probe alone, and keep every constant already there (the studies billed by
+    them replay as they ran). Like ``calibrate``, on a machine doing nothing else."""
+    path = model_path(task)
+    if not path.exists():
+        raise SystemExit(f"{task} has no time model to add to ({path.name}): run a study with "
+                         "--clock model, which calibrates it with the gns probe included")
+    runs = []
+    for name in GNS_CALIBRATION:
+        run_dir = task_dir(out, task, "gpu") / name / "seed-1"
+        code = run_one(task, "gpu", CALIBRATION_UNBOUNDED_USD, name, 1, run_dir,
+                       [f"stop.max_rounds={CALIBRATION_ROUNDS}", *MINIBATCHES["size"], *COMMON])
+        if code != 0:
+            raise RuntimeError(f"the calibration run {run_dir} of {task} failed (exit {code})")
+        runs.append(run_dir / "events.jsonl")
+    pairs = probe_pairs(runs)["gns"]
+    added = gns_constants(pairs, min_count=5)
+    if not added:
+        raise RuntimeError(f"the gns calibration of {task} saw its probe at fewer than two "
+                           f"sizes: {sorted({x for x, _ in pairs})}")
+    constants = {**json.loads(path.read_text())["constants"], **added}
+    c.update_result(path, {
+        "constants": constants, "gns_probes": len(pairs), "gns_when": c.now(),
+        "gns_command": c.command_line(), "gns_loadavg": list(os.getloadavg()),
+        "gns_note": (f"model_gns_* fitted later than the rest, on {len(pairs)} gns probes of "
+                     f"two measured calibration runs ({', '.join(GNS_CALIBRATION)})"),
+        "markdown": constants_markdown(constants)})
+    c.log(f"{task}: gns probe constants {added} -> {path}")
+    return path
+
+
+def fit_gns(args: argparse.Namespace) -> int:
+    """``fit-gns``: the gns probe's constants for a task whose model predates them."""
+    calibrate_gns(args.task, args.out / "calibration")
+    return 0
 
 
 def _slim(event: dict) -> dict | None:
@@ -578,8 +657,8 @@ def doctable(args: argparse.Namespace) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("action", choices=("run", "store", "collect", "fit", "doctable",
-                                           "pooled"))
+    parser.add_argument("action", choices=("run", "store", "collect", "fit", "fit-gns",
+                                           "doctable", "pooled"))
     parser.add_argument("--task", type=task_id, default="Hopper-v5",
                         help=f"a gymnasium id (the paper's: {', '.join(TASKS)})")
     parser.add_argument("--pricing", choices=("cpu", "gpu"), default="cpu",
@@ -604,7 +683,7 @@ def main() -> int:
     parser.add_argument("--studies", nargs="+", default=list(POOLED_STUDIES),
                         help="pooled: result files (stems under perf/results/) to pool")
     args = parser.parse_args()
-    return {"run": run, "store": store, "collect": collect, "fit": fit,
+    return {"run": run, "store": store, "collect": collect, "fit": fit, "fit-gns": fit_gns,
             "doctable": doctable, "pooled": pooled}[args.action](args)
 
 

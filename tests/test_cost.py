@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from kernel.plan import COST, load_plan
-from kernel.roles import PluginContext, Receipt, RoundRecord
+from kernel.roles import PluginContext, ProbeRun, Receipt, RoundRecord
 from kernel.schema import validate_table
 from plugins.actors.local import LocalBackend
 from plugins.cost.aws import GB_S_USD, PRICES_READ, REQUEST_USD, AwsCost
@@ -376,19 +376,27 @@ def test_the_estimate_survives_a_checkpoint() -> None:
 
 MODEL = {"time_model": "model", "model_actor_ms": 20.0, "model_actor_ms_per_step": 0.5,
          "model_learner_s": 0.1, "model_learner_s_per_step": 1e-4, "model_probe_s": 0.02,
-         "model_probe_s_per_sample_step": 1e-5}
+         "model_probe_s_per_sample_step": 1e-5, "model_gns_s": 0.01,
+         "model_gns_s_per_sample": 2e-6}
 
 
 def test_the_time_model_bills_and_clocks_the_work_not_the_clock() -> None:
     """Two invocations of 512 env steps that took 3 s and 9 s on a loaded machine bill 20 + 0.5
     x 512 = 276 ms each; the round's simulated time is the slowest modelled actor, plus a cold
-    start for the actors the warm pool lacked, plus the modelled update and Hessian probe."""
+    start for the actors the warm pool lacked, plus the modelled update and probes: the
+    Hessian's and the gns probe's from the work they report, a plugin's own probe at its
+    measured time, and the evaluation not at all."""
     model = cost_model({"simulate": True}, learner="gpu", **MODEL)
     rec = record([3000.0, 9000.0], sim_time_s=99.0, learner_s=7.0, probe_s=5.0, eval_s=1.0)
     rec.env_steps = 1024
-    rec.probes = {"lanczos_steps": 10.0, "hessian_samples": 1024.0}
+    rec.probe_runs = [
+        ProbeRun("hessian", 3.0, {"lanczos_steps": 10.0, "hessian_samples": 1024.0}),
+        ProbeRun("gns", 0.7, {"gns": 300.0, "gns_samples": 1024.0}),
+        ProbeRun("mine", 0.3, {"my_value": 1.0}),
+        ProbeRun("eval", 1.0, {"eval_return": 10.0}, score="eval_return")]
     got = model.charge(rec, [receipt(0, 3000.0, env_steps=512), receipt(1, 9000.0, env_steps=512)])
-    actor_ms, update_s, probe_s = 276.0, 0.1 + 1e-4 * 1024, 0.02 + 1e-5 * 1024 * 10
+    actor_ms, update_s = 276.0, 0.1 + 1e-4 * 1024
+    probe_s = (0.02 + 1e-5 * 1024 * 10) + (0.01 + 2e-6 * 1024) + 0.3
     assert rec.actor_durations_ms == [actor_ms, actor_ms]
     assert rec.sim_time_s == pytest.approx(actor_ms / 1000 + 1.0 + update_s + probe_s)
     assert got["actors_usd"] == pytest.approx(2 * model.actor_usd(actor_ms), rel=1e-12)
@@ -424,7 +432,9 @@ def test_under_the_time_model_a_probing_round_never_costs_more_than_its_estimate
     estimate = model.estimate_round_usd(last, 1)
     probing = record([1.0], probe_s=9.0)
     probing.env_steps = 256
-    probing.probes = {"lanczos_steps": 50.0, "hessian_samples": 1024.0}
+    # the round trains on 256 samples, so the probe takes all of them, not its 1,024
+    probing.probe_runs = [
+        ProbeRun("hessian", 9.0, {"lanczos_steps": 50.0, "hessian_samples": 256.0})]
     charged = sum(model.charge(probing, [receipt(0, 1.0, env_steps=256)]).values())
     assert charged <= estimate
     # the bound is the model's price of exactly that round: no looser than it needs to be
@@ -434,18 +444,22 @@ def test_under_the_time_model_a_probing_round_never_costs_more_than_its_estimate
 def test_under_the_time_model_round_one_is_priced_in_full_before_it_runs() -> None:
     """Measured durations leave round 1 unknown; the model does not. Two actors of 4 envs x 64
     steps: 256 steps each, 20 + 0.5 x 256 = 148 ms; update 0.1 + 1e-4 x 512 s; the Hessian
-    probe at its cap, 0.02 + 1e-5 x 1024 samples x 50 steps; plus the simulated cold starts.
+    probe at its cap on the round's 512 samples (it asks for 1,024), 0.02 + 1e-5 x 512 x 50
+    steps; the gns probe on them too, 0.01 + 2e-6 x 512; plus the simulated cold starts.
     And the round, once run, costs no more than that."""
     model = cost_model({"steps": 64, "simulate": True}, learner="gpu", plan_more={
         "env": {"num_envs": 4},
-        "probes": [{"name": "hessian", "samples": 1024, "max_steps": 50}]}, **MODEL)
-    seconds = 0.148 + 0.1 + 1e-4 * 512 + 0.02 + 1e-5 * 1024 * 50
+        "probes": [{"name": "hessian", "samples": 1024, "max_steps": 50},
+                   {"name": "gns", "samples": 4096}]}, **MODEL)
+    seconds = 0.148 + 0.1 + 1e-4 * 512 + 0.02 + 1e-5 * 512 * 50 + 0.01 + 2e-6 * 512
     expected = 2 * (model.init_usd() + model.actor_usd(148.0)) \
         + (1.0 + seconds) * 3.06 / 3600  # actor_usd includes each invocation's request fee
     assert model.estimate_first_round_usd(2) == pytest.approx(expected, rel=1e-12)
     rec = record([5000.0, 7000.0], sim_time_s=30.0, learner_s=9.0, probe_s=4.0)
     rec.env_steps = 512
-    rec.probes = {"lanczos_steps": 31.0, "hessian_samples": 1024.0}
+    rec.probe_runs = [
+        ProbeRun("hessian", 3.0, {"lanczos_steps": 31.0, "hessian_samples": 512.0}),
+        ProbeRun("gns", 1.0, {"gns": 40.0, "gns_samples": 512.0})]
     charged = sum(model.charge(rec, [receipt(0, 5000.0, env_steps=256),
                                      receipt(1, 7000.0, env_steps=256)]).values())
     assert charged <= model.estimate_first_round_usd(2)
@@ -463,13 +477,30 @@ def test_the_time_model_needs_all_its_constants() -> None:
         load_plan("plans/cartpole.toml", {"cost.time_model": "model"})
     plan = load_plan("plans/cartpole.toml", {f"cost.{k}": v for k, v in MODEL.items()})
     assert plan["cost"]["model_probe_s_per_sample_step"] == 1e-5
+    # The gns probe's pair is optional, but not by halves.
+    half = {f"cost.{k}": v for k, v in MODEL.items() if k != "model_gns_s_per_sample"}
+    with pytest.raises(PlanError, match="cost.model_gns_s is set but "
+                                        "cost.model_gns_s_per_sample is not"):
+        load_plan("plans/cartpole.toml", half)
+    neither = {k: v for k, v in half.items() if k != "cost.model_gns_s"}
+    assert load_plan("plans/cartpole.toml", neither)["cost"]["model_gns_s"] is None
 
 
+#: A rule that reads the gradient noise scale, with both probes the model times due every
+#: round (kungfu sizes each round from the gns probe's value, so a probe billed at its measured
+#: time would also move the dollars through the sizes).
+PROBED = {"scaler": {"name": "kungfu"}, "actors.max": 8,
+          "probes": [{"name": "gns", "every": 1, "samples": 256},
+                     {"name": "hessian", "every": 1, "samples": 128, "max_steps": 20}]}
+
+
+@pytest.mark.parametrize("probed", [False, True], ids=["no-probes", "gns-and-hessian"])
 def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_load(
-        tmp_path: Any) -> None:
+        tmp_path: Any, probed: bool) -> None:
     """The point of the model: the same seed, once on an idle machine and once beside a busy
     neighbour, is billed the same dollars and simulated seconds, round by round (measured
-    durations differ between the two), and no round is charged above its estimate."""
+    durations differ between the two), and no round is charged above its estimate; with the
+    Hessian and gns probes too (the gns probe was billed as measured before it had a model)."""
     import asyncio
     import json
     import threading
@@ -479,7 +510,8 @@ def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_l
 
     overrides = {"run.mode": "sync", "run.seed": 3, "stop.max_rounds": 4, "actors.count": 2,
                  "actors.steps": 64, "actors.simulate": True, "probes": [], "sinks": [],
-                 "checkpoint.enabled": False, **{f"cost.{k}": v for k, v in MODEL.items()}}
+                 "checkpoint.enabled": False, **{f"cost.{k}": v for k, v in MODEL.items()},
+                 **(PROBED if probed else {})}
 
     def charged(out: str) -> list[float]:
         summary = asyncio.run(Engine.from_plan("plans/cartpole.toml", overrides,
@@ -487,8 +519,11 @@ def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_l
         # No round cost more than the estimate it was sized by, so none widened it.
         assert summary["estimate_miss"] == 1.0, summary["estimate_miss"]
         events = [json.loads(x) for x in (tmp_path / out / "events.jsonl").read_text().splitlines()]
+        if probed:
+            ran = {e["probe"] for e in events if e["event"] == "ProbeMeasured"}
+            assert ran >= {"gns", "hessian"}, ran
         return [v for e in events if e["event"] == "RoundFinished"
-                for v in (e["cost_usd"], e["sim_time_s"])]
+                for v in (e["actors"], e["cost_usd"], e["sim_time_s"])]
 
     quiet = charged("quiet")
     stop = threading.Event()
@@ -505,7 +540,7 @@ def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_l
     finally:
         stop.set()
         busy.join()
-    assert len(quiet) == 2 * 4
+    assert len(quiet) == 3 * 4
     assert loaded == pytest.approx(quiet, rel=1e-12)
 
 

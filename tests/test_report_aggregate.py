@@ -273,6 +273,9 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
     boost.prepare(paper, argparse.Namespace(budget=None, clock="model"), tmp_path / "runs")
     fitted = json.loads((tmp_path / "results" / "time_model_invertedpendulum.json").read_text())
     assert fitted["runs"] == 2 and fitted["updates"] == 12 and fitted["probes"] == 12
+    # the gns probe ran beside the Hessian's, at two sizes, so the model times it too
+    assert fitted["gns_probes"] == 12
+    assert fitted["constants"]["model_gns_s_per_sample"] > 0
     assert sorted(p.parent.parent.name for p in
                   (tmp_path / "runs" / "calibration").rglob("summary.json")) == \
         ["probe_n16", "probe_n2"]
@@ -322,6 +325,51 @@ def test_a_calibration_fits_probe_sizes_that_each_occur_once(
     assert constants["model_probe_s"] == pytest.approx(0.005)
     assert constants["model_learner_s_per_step"] == pytest.approx(6e-5)
     assert constants["model_actor_ms_per_step"] == pytest.approx(0.2)
+
+
+def test_fit_gns_adds_the_gns_probes_constants_and_keeps_the_rest(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model fitted before the gns probe had a time gets that probe's pair from two runs of
+    it alone (1,024 and 4,096 samples); every constant already there stays as it was, so the
+    studies billed by them replay. A task without a model is refused, not calibrated."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost_budget
+    import common
+
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    (tmp_path / "results").mkdir()
+    before = {"model_actor_ms": 0.0, "model_actor_ms_per_step": 0.2, "model_learner_s": 0.002,
+              "model_learner_s_per_step": 6e-5, "model_probe_s": 0.01,
+              "model_probe_s_per_sample_step": 3e-6}
+    path = tmp_path / "results" / "time_model_hopper.json"
+    path.write_text(json.dumps({"name": "time_model_hopper", "when": "earlier",
+                                "constants": before, "runs": 14}))
+    seen: list[str] = []
+
+    def run_one(task: str, pricing: str, budget: float, name: str, seed: int, run_dir: Path,
+                sets: list[str]) -> int:
+        seen.append(name)
+        samples = 1024 if name == "gns_n2" else 4096
+        events = [{"event": "ProbeMeasured", "probe": "gns",
+                   "values": {"gns": 100.0 + r, "gns_samples": samples},
+                   "probe_s": 0.013 + 2e-6 * samples + (0.05 if r == 3 else 0.0)}
+                  for r in range(1, 21)]  # one round slowed by a neighbour: the median ignores it
+        run_dir.mkdir(parents=True)
+        (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+        return 0
+
+    monkeypatch.setattr(boost_budget, "run_one", run_one)
+    boost_budget.calibrate_gns("Hopper-v5", tmp_path / "runs")
+    assert seen == ["gns_n2", "gns_n16"]
+    after = json.loads(path.read_text())
+    assert {k: after["constants"][k] for k in before} == before
+    assert after["constants"]["model_gns_s"] == pytest.approx(0.013)
+    assert after["constants"]["model_gns_s_per_sample"] == pytest.approx(2e-6)
+    assert (after["when"], after["runs"], after["gns_probes"]) == ("earlier", 14, 40)
+    with pytest.raises(SystemExit, match="Swimmer-v5 has no time model"):
+        boost_budget.calibrate_gns("Swimmer-v5", tmp_path / "runs")
 
 
 def test_boost_adds_to_its_stored_result_and_never_drops_rows(tmp_path: Path) -> None:

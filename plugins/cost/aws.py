@@ -136,13 +136,15 @@ class AwsCost:
         #: Durations from the work done instead of the clock (``plugins/cost/time_model.py``).
         self.model = TimeModel.from_config(cfg)
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
-        #: What the time model needs to price round 1 before anything ran: an invocation's env
-        #: steps, and the longest the Hessian probe may take (its samples x its step cap).
+        #: What the time model needs to price a round before it runs: an invocation's env
+        #: steps, each Hessian probe's samples and Lanczos step cap, each gns probe's samples
+        #: (samples 0: the whole batch).
         # num_envs is the env provider's key (gymnasium's); without it, one env per actor.
         self.invocation_steps = int(actors["steps"]) * int(ctx.plan["env"].get("num_envs") or 1)
-        self.probe_sample_steps = max(
-            (int(p["samples"]) * int(p["max_steps"])
-             for p in ctx.plan["probes"] if p["name"] == "hessian"), default=0)
+        probes = ctx.plan["probes"]
+        self.hessian_caps = [(int(p["samples"]), int(p["max_steps"]))
+                             for p in probes if p["name"] == "hessian"]
+        self.gns_samples = [int(p["samples"]) for p in probes if p["name"] == "gns"]
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
         #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
@@ -230,7 +232,10 @@ class AwsCost:
         actor_s = max(record.actor_durations_ms, default=0.0) / 1000
         if cold:
             actor_s += self.cold_start_s
-        probe_s = self.model.probe_time_s(record.probes, probe_s)
+        # A record built without its probe runs (by hand, or restored from an old
+        # checkpoint) keeps its measured probe time.
+        if record.probe_runs:
+            probe_s = self.model.probe_time_s(record.probe_runs)
         record.sim_time_s = actor_s + self.model.update_s(record.env_steps) + probe_s
         return modelled, probe_s
 
@@ -329,12 +334,26 @@ class AwsCost:
             return None
         m = self.model
         ms = m.invocation_ms(self.invocation_steps)
-        probe_s = m.probe_s + m.probe_s_per_sample_step * self.probe_sample_steps \
-            if self.probe_sample_steps else 0.0
-        seconds = ms / 1000 + m.update_s(actors * self.invocation_steps) + probe_s \
+        batch = actors * self.invocation_steps
+        seconds = ms / 1000 + m.update_s(batch) + self.model_probes_s(batch) \
             + (self.cold_start_s if cold else 0.0)
         return actors * self.actor_usd(ms) + cold * self.init_usd() \
             + seconds * self.time_usd_per_s()
+
+    def model_probes_s(self, batch: int) -> float:
+        """The most the modelled probes can take in a round that trains on ``batch`` samples:
+        every one of them due, each Hessian probe at its step cap (a gns probe the model does
+        not time is measured, and left to the envelope)."""
+        assert self.model is not None
+        m = self.model
+
+        def used(samples: int) -> int:
+            return batch if samples == 0 else min(samples, batch)
+
+        seconds = sum(m.hessian_s(used(samples), steps) for samples, steps in self.hessian_caps)
+        if m.models_gns:
+            seconds += sum(m.gns_probe_s(used(samples)) for samples in self.gns_samples)
+        return seconds
 
     def estimate_first_round_usd(self, actors: int) -> float:
         """Before any round nothing is measured: with measured durations only the requests and

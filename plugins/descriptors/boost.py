@@ -48,6 +48,11 @@ AWS_COST_CONFIG = {
                            min=0),
     "model_probe_s_per_sample_step": Field("float", None, "Time model: Hessian probe seconds "
                                            "per batch sample per Lanczos step.", min=0),
+    "model_gns_s": Field("float", None, "Time model: fixed seconds of a gns probe (with "
+                         "model_gns_s_per_sample; unset: that probe is billed as measured).",
+                         min=0),
+    "model_gns_s_per_sample": Field("float", None, "Time model: gns probe seconds per batch "
+                                    "sample.", min=0),
 }
 
 #: Adaptive scalers widen an unset actors.max and add the probe they read (plugins/scalers/validation.py).

@@ -42,5 +42,6 @@ class GnsProbe:
 
         grads, slice_size = slice_gradients(loss_fn, params, batch, self.slices)
         est = noise_scale(grads, slice_size)
+        # gns_samples is the probe's work, what a time model bills it by.
         return {"gns": est.gns, "grad_norm_sq": est.grad_norm_sq,
-                "trace_sigma": est.trace_sigma}
+                "trace_sigma": est.trace_sigma, "gns_samples": float(size)}
