@@ -66,7 +66,8 @@ def test_probe_on_ppo_loss() -> None:
                                             "slices": 8, "at": "after"},
                         plan={}, run_id="t", run_dir=None, seed=0, bus=None)
     values = GnsProbe(ctx).measure(ProbeContext(round=1, learner=learner, batches=[], seed=0))
-    assert set(values) == {"gns", "grad_norm_sq", "trace_sigma"}
+    assert set(values) == {"gns", "grad_norm_sq", "trace_sigma", "gns_samples"}
+    assert values["gns_samples"] == 64 * 8  # its work, what a time model bills it by
     assert math.isfinite(values["trace_sigma"]) and values["trace_sigma"] > 0
     assert math.isnan(values["gns"]) or values["gns"] >= 0
 
