@@ -287,7 +287,8 @@ LEARNER_KEYS = ("model_learner_s", "model_learner_s_per_step", "model_probe_s",
 
 def cuda_learner_constants(task: str, minibatches: str = "size") -> dict[str, float]:
     """The learner's and the probe's time-model constants as measured on a GPU: the actors stay
-    Lambdas on CPUs, so only these replace the CPU fit's under ``--clock model_cuda``.
+    Lambdas on CPUs, so only these replace the CPU fit's under ``--clock model_cuda``. The gns
+    probe was not timed on the GPU: its constants, where fitted, stay this CPU's (a model).
 
     With minibatches of a fixed size the fit over 1, 4 and 16 actors applies as it is. With a
     fixed count of 32 the update is 320 SGD steps whatever the batch, and on a GPU a step of
@@ -357,18 +358,25 @@ CALIBRATION_ROUNDS = 20
 CALIBRATION_UNBOUNDED_USD = 100.0  # far above what 20 rounds cost: the rounds end the run
 
 
-def calibrate(task: str, out: Path) -> Path:
-    """Fit ``task``'s time model on its calibration runs, making them first where they are
-    missing (a few minutes; on a machine doing nothing else, as their durations are the
-    model), and write it where ``model_path`` finds it."""
+def calibration_runs(task: str, out: Path, names: tuple[str, ...]) -> list[Path]:
+    """The events of ``task``'s measured calibration runs ``names`` (settings), made first where
+    they are missing: a fixed number of rounds each, on a machine doing nothing else, as their
+    durations are the model."""
     runs = []
-    for name in CALIBRATION:
+    for name in names:
         run_dir = task_dir(out, task, "gpu") / name / "seed-1"
         code = run_one(task, "gpu", CALIBRATION_UNBOUNDED_USD, name, 1, run_dir,
                        [f"stop.max_rounds={CALIBRATION_ROUNDS}", *MINIBATCHES["size"], *COMMON])
         if code != 0:
             raise RuntimeError(f"the calibration run {run_dir} of {task} failed (exit {code})")
         runs.append(run_dir / "events.jsonl")
+    return runs
+
+
+def calibrate(task: str, out: Path) -> Path:
+    """Fit ``task``'s time model on its calibration runs (a few minutes) and write it where
+    ``model_path`` finds it."""
+    runs = calibration_runs(task, out, CALIBRATION)
     # Two short runs see most sizes once (the probe's samples x Lanczos steps vary with the
     # rounds' convergence): a median of one is the value itself.
     fitted = fit_events(runs, min_count=1)
@@ -390,15 +398,7 @@ def calibrate_gns(task: str, out: Path) -> Path:
     if not path.exists():
         raise SystemExit(f"{task} has no time model to add to ({path.name}): run a study with "
                          "--clock model, which calibrates it with the gns probe included")
-    runs = []
-    for name in GNS_CALIBRATION:
-        run_dir = task_dir(out, task, "gpu") / name / "seed-1"
-        code = run_one(task, "gpu", CALIBRATION_UNBOUNDED_USD, name, 1, run_dir,
-                       [f"stop.max_rounds={CALIBRATION_ROUNDS}", *MINIBATCHES["size"], *COMMON])
-        if code != 0:
-            raise RuntimeError(f"the calibration run {run_dir} of {task} failed (exit {code})")
-        runs.append(run_dir / "events.jsonl")
-    pairs = probe_pairs(runs)["gns"]
+    pairs = probe_pairs(calibration_runs(task, out, GNS_CALIBRATION))["gns"]
     added = gns_constants(pairs, min_count=5)
     if not added:
         raise RuntimeError(f"the gns calibration of {task} saw its probe at fewer than two "
