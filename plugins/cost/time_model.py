@@ -55,7 +55,7 @@ class TimeModel:
         missing = [k for k in KEYS if cfg[k] is None]
         if missing:
             raise ValueError(f"time_model = 'model' needs cost.{', cost.'.join(missing)}")
-        gns = [k for k in GNS_KEYS if cfg.get(k) is not None]
+        gns = [k for k in GNS_KEYS if cfg[k] is not None]
         if gns and len(gns) < len(GNS_KEYS):
             lacking = next(k for k in GNS_KEYS if k not in gns)
             raise ValueError(f"cost.{gns[0]} is set but cost.{lacking} is not: the gns "
