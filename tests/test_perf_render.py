@@ -294,12 +294,16 @@ def test_boost_study_settings_build_valid_plans():
     for name, sets in bb.SETTINGS.items():
         plan = load_plan(bb.PLAN, [*bb.COMMON, *sets])
         # the adaptive settings keep the start count their stored runs used, whatever the
-        # plan's: 2 for the paper's rules and the schedules; fixedN and anchoredN name theirs
-        named = re.match(r"(fixed|anchored)(\d+)", name)
+        # plan's: 2 for the paper's rules and the schedules; fixedN, anchoredN and the
+        # calibrations (probe_nN, gns_nN) name theirs
+        named = re.match(r"(fixed|anchored|probe_n|gns_n)(\d+)", name)
         if named:
             assert plan["actors"]["count"] == int(named.group(2)), name
-        elif not name.startswith("probe_n"):
+        else:
             assert plan["actors"]["count"] == 2, name
+        if name.startswith(("probe_n", "gns_n")):  # the probes a time model is fitted on
+            every_round = {p["name"] for p in plan["probes"] if p["every"] == 1}
+            assert every_round >= ({"gns"} if name.startswith("gns_n") else {"hessian", "gns"})
         if name.endswith("_lr"):
             assert plan["algo"]["lr_reference_minibatch"] == 64, name
         if name in ("nitro", "nitro_p4"):
