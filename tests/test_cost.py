@@ -463,6 +463,12 @@ def test_under_the_time_model_round_one_is_priced_in_full_before_it_runs() -> No
     charged = sum(model.charge(rec, [receipt(0, 5000.0, env_steps=256),
                                      receipt(1, 7000.0, env_steps=256)]).values())
     assert charged <= model.estimate_first_round_usd(2)
+    # samples = 0 (the paper's whole batch): the probe takes the round's 512, not nothing
+    whole = cost_model({"steps": 64, "simulate": True}, learner="gpu", plan_more={
+        "env": {"num_envs": 4},
+        "probes": [{"name": "hessian", "samples": 0, "max_steps": 50},
+                   {"name": "gns", "samples": 0}]}, **MODEL)
+    assert whole.estimate_first_round_usd(2) == pytest.approx(expected, rel=1e-12)
     # Measured durations: only what is certain.
     measured = cost_model({"steps": 64, "simulate": True}, learner="gpu")
     assert measured.estimate_first_round_usd(2) == pytest.approx(
