@@ -500,13 +500,17 @@ PROBED = {"scaler": {"name": "kungfu"}, "actors.max": 8,
                      {"name": "hessian", "every": 1, "samples": 128, "max_steps": 20}]}
 
 
-@pytest.mark.parametrize("probed", [False, True], ids=["no-probes", "gns-and-hessian"])
+@pytest.mark.parametrize(("mode", "probed"), [
+    ("sync", False), ("sync", True), ("pipelined", True), ("async", True)],
+    ids=["sync-no-probes", "sync-gns-and-hessian", "pipelined-gns-and-hessian",
+         "async-gns-and-hessian"])
 def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_load(
-        tmp_path: Any, probed: bool) -> None:
+        tmp_path: Any, mode: str, probed: bool) -> None:
     """The point of the model: the same seed, once on an idle machine and once beside a busy
     neighbour, is billed the same dollars and simulated seconds, round by round (measured
     durations differ between the two), and no round is charged above its estimate; with the
-    Hessian and gns probes too (the gns probe was billed as measured before it had a model)."""
+    Hessian and gns probes too (the gns probe was billed as measured before it had a model),
+    in every round mode."""
     import asyncio
     import json
     import threading
@@ -514,7 +518,7 @@ def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_l
 
     from kernel.engine import Engine
 
-    overrides = {"run.mode": "sync", "run.seed": 3, "stop.max_rounds": 4, "actors.count": 2,
+    overrides = {"run.mode": mode, "run.seed": 3, "stop.max_rounds": 4, "actors.count": 2,
                  "actors.steps": 64, "actors.simulate": True, "probes": [], "sinks": [],
                  "checkpoint.enabled": False, **{f"cost.{k}": v for k, v in MODEL.items()},
                  **(PROBED if probed else {})}
