@@ -501,16 +501,16 @@ PROBED = {"scaler": {"name": "kungfu"}, "actors.max": 8,
 
 
 @pytest.mark.parametrize(("mode", "probed"), [
-    ("sync", False), ("sync", True), ("pipelined", True), ("async", True)],
-    ids=["sync-no-probes", "sync-gns-and-hessian", "pipelined-gns-and-hessian",
-         "async-gns-and-hessian"])
+    ("sync", False), ("sync", True), ("pipelined", True)],
+    ids=["sync-no-probes", "sync-gns-and-hessian", "pipelined-gns-and-hessian"])
 def test_under_the_time_model_a_seeded_run_costs_the_same_whatever_the_machine_load(
         tmp_path: Any, mode: str, probed: bool) -> None:
     """The point of the model: the same seed, once on an idle machine and once beside a busy
     neighbour, is billed the same dollars and simulated seconds, round by round (measured
     durations differ between the two), and no round is charged above its estimate; with the
     Hessian and gns probes too (the gns probe was billed as measured before it had a model),
-    in every round mode."""
+    in sync and pipelined rounds. (An async round trains whatever batches have arrived, which
+    a busy neighbour changes, so its work, and with it its bill, is not the same twice.)"""
     import asyncio
     import json
     import threading
