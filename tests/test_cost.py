@@ -492,6 +492,27 @@ def test_the_time_model_needs_all_its_constants() -> None:
     assert load_plan("plans/cartpole.toml", neither)["cost"]["model_gns_s"] is None
 
 
+def test_a_gns_probe_without_its_time_model_is_billed_as_measured_and_said_so() -> None:
+    """A plan written before the gns probe had a model still runs (its probe keeps its measured
+    seconds), and the run says once, at the start, why its dollars may move with the load."""
+    from structlog.testing import capture_logs
+
+    without = {k: v for k, v in MODEL.items() if not k.startswith("model_gns")}
+    with capture_logs() as logs:
+        model = cost_model({"simulate": True}, learner="gpu",
+                           plan_more={"probes": [{"name": "gns", "samples": 4096}]}, **without)
+    assert [e["event"] for e in logs] == ["gns_probe_billed_as_measured"]
+    rec = record([100.0], probe_s=0.7)
+    rec.env_steps = 512
+    rec.probe_runs = [ProbeRun("gns", 0.7, {"gns": 5.0, "gns_samples": 512.0})]
+    model.charge(rec, [receipt(0, 100.0, env_steps=512)])
+    assert rec.sim_time_s == pytest.approx(0.276 + 1.0 + 0.1 + 1e-4 * 512 + 0.7)
+    with capture_logs() as logs:  # with the pair set, nothing to say
+        cost_model({"simulate": True}, learner="gpu",
+                   plan_more={"probes": [{"name": "gns", "samples": 4096}]}, **MODEL)
+    assert logs == []
+
+
 #: A rule that reads the gradient noise scale, with both probes the model times due every
 #: round (kungfu sizes each round from the gns probe's value, so a probe billed at its measured
 #: time would also move the dollars through the sizes).

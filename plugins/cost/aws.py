@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import structlog
 
 from kernel.roles import PluginContext, Receipt, RoundRecord
 from plugins.cost.time_model import TimeModel
@@ -34,6 +35,8 @@ from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
 
 #: When the default prices below were read (aws.amazon.com/lambda/pricing, /ec2/pricing/on-demand,
 #: /elasticache/pricing; us-east-1, on-demand, Linux).
+log = structlog.get_logger("plugins.cost.aws")
+
 PRICES_READ = "2026-11"
 GB_S_USD = {"x86_64": 0.0000166667, "arm64": 0.0000133334}
 REQUEST_USD = 0.20 / 1_000_000
@@ -145,6 +148,10 @@ class AwsCost:
         self.hessian_caps = [(int(p["samples"]), int(p["max_steps"]))
                              for p in probes if p["name"] == "hessian"]
         self.gns_samples = [int(p["samples"]) for p in probes if p["name"] == "gns"]
+        if self.model is not None and self.gns_samples and not self.model.models_gns:
+            # Said once, at the start: such a run's dollars move with the machine's load.
+            log.warning("gns_probe_billed_as_measured",
+                        why="cost.model_gns_s and cost.model_gns_s_per_sample are unset")
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
         #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
         #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
