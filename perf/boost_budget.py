@@ -190,21 +190,26 @@ def line_through_medians(pairs: list[tuple[float, float]], min_count: int
     return max(0.0, float(intercept)), float(slope)
 
 
-def probe_pairs(paths: list[Path]) -> dict[str, list[tuple[float, float]]]:
-    """(work, seconds) of every Hessian and gns probe in runs' events: the Hessian's work is
-    samples x Lanczos steps, the gns probe's its samples."""
-    pairs: dict[str, list[tuple[float, float]]] = {"hessian": [], "gns": []}
+def timing_pairs(paths: list[Path]) -> dict[str, list]:
+    """What the time model is fitted on, read from runs' events in one pass: each successful
+    invocation's milliseconds per env step (``per_step``), and (work, seconds) of each update
+    (env steps trained), Hessian probe (samples x Lanczos steps) and gns probe (samples)."""
+    seen: dict[str, list] = {"per_step": [], "update": [], "hessian": [], "gns": []}
     for events in paths:
         for line in events.open():
             e = json.loads(line)
-            if e["event"] != "ProbeMeasured":
-                continue
-            v = e["values"]
-            if "lanczos_steps" in v and "hessian_samples" in v:
-                pairs["hessian"].append((v["hessian_samples"] * v["lanczos_steps"], e["probe_s"]))
-            elif "gns_samples" in v:
-                pairs["gns"].append((v["gns_samples"], e["probe_s"]))
-    return pairs
+            if e["event"] == "InvocationFinished" and e["ok"] and e["env_steps"]:
+                seen["per_step"].append(e["duration_ms"] / e["env_steps"])
+            elif e["event"] == "RoundFinished":
+                seen["update"].append((e["round_env_steps"], e["learner_s"]))
+            elif e["event"] == "ProbeMeasured":
+                v = e["values"]
+                if "lanczos_steps" in v and "hessian_samples" in v:
+                    seen["hessian"].append((v["hessian_samples"] * v["lanczos_steps"],
+                                            e["probe_s"]))
+                elif "gns_samples" in v:
+                    seen["gns"].append((v["gns_samples"], e["probe_s"]))
+    return seen
 
 
 def gns_constants(pairs: list[tuple[float, float]], min_count: int) -> dict[str, float]:
@@ -223,25 +228,17 @@ def fit_events(paths: list[Path], min_count: int = 5) -> dict[str, Any]:
     against samples x Lanczos steps, and gns probe seconds against its samples where the runs
     ran it; each a line through the median of each size (sizes seen fewer than ``min_count``
     times are left out; a short calibration run passes 1). Also says how many of each it saw."""
-    per_step: list[float] = []
-    update: list[tuple[float, float]] = []
-    for events in paths:
-        for line in events.open():
-            e = json.loads(line)
-            if e["event"] == "InvocationFinished" and e["ok"] and e["env_steps"]:
-                per_step.append(e["duration_ms"] / e["env_steps"])
-            elif e["event"] == "RoundFinished":
-                update.append((e["round_env_steps"], e["learner_s"]))
-    probes = probe_pairs(paths)
-    learner_s, learner_per_step = line_through_medians(update, min_count)
-    probe_s, probe_per = line_through_medians(probes["hessian"], min_count)
-    constants = {"model_actor_ms": 0.0, "model_actor_ms_per_step": float(np.median(per_step)),
+    seen = timing_pairs(paths)
+    learner_s, learner_per_step = line_through_medians(seen["update"], min_count)
+    probe_s, probe_per = line_through_medians(seen["hessian"], min_count)
+    constants = {"model_actor_ms": 0.0,
+                 "model_actor_ms_per_step": float(np.median(seen["per_step"])),
                  "model_learner_s": learner_s, "model_learner_s_per_step": learner_per_step,
                  "model_probe_s": probe_s, "model_probe_s_per_sample_step": probe_per,
-                 **gns_constants(probes["gns"], min_count)}
-    return {"constants": constants, "runs": len(paths), "invocations": len(per_step),
-            "updates": len(update), "probes": len(probes["hessian"]),
-            "gns_probes": len(probes["gns"])}
+                 **gns_constants(seen["gns"], min_count)}
+    return {"constants": constants, "runs": len(paths), "invocations": len(seen["per_step"]),
+            "updates": len(seen["update"]), "probes": len(seen["hessian"]),
+            "gns_probes": len(seen["gns"])}
 
 
 def constants_markdown(constants: dict[str, float]) -> str:
@@ -398,7 +395,7 @@ def calibrate_gns(task: str, out: Path) -> Path:
     if not path.exists():
         raise SystemExit(f"{task} has no time model to add to ({path.name}): run a study with "
                          "--clock model, which calibrates it with the gns probe included")
-    pairs = probe_pairs(calibration_runs(task, out, GNS_CALIBRATION))["gns"]
+    pairs = timing_pairs(calibration_runs(task, out, GNS_CALIBRATION))["gns"]
     added = gns_constants(pairs, min_count=5)
     if not added:
         raise RuntimeError(f"the gns calibration of {task} saw its probe at fewer than two "
