@@ -458,10 +458,16 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
     round's simulated time (the round as it would last with one Lambda per actor) and of the
     dollars charged (``probe_usd`` of every CostCharged). The simulated share is the probe's
     share of the time the round's bill charged at the learner's price, so under a time model
-    it is the modelled probe's, not this machine's measured seconds over modelled ones."""
+    it is the modelled probe's, not this machine's measured seconds over modelled ones.
+
+    A rule that probes every k-th round pays the probe in one round of k: ``wall_all`` and
+    ``sim_all`` are the probe's seconds over all rounds' seconds (rounds without evaluation,
+    probed or not), the share of a run's time it costs on average."""
     wall: dict[str, list[float]] = {}
     sim: dict[str, list[float]] = {}
     usd: dict[str, list[float]] = {}
+    #: per setting: probe and round seconds summed over every round, here and simulated
+    totals: dict[str, np.ndarray] = {}
     for run_dir in dirs:
         setting = run_dir.parent.name
         sim_before, charged_share = 0.0, None
@@ -469,11 +475,15 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
             event = json.loads(line)
             if event["event"] == "RoundFinished":
                 sim_s, sim_before = event["sim_time_s"] - sim_before, event["sim_time_s"]
-                if event.get("eval_return") is None and event["round_s"] > 0 and sim_s > 0 \
-                        and "lanczos_steps" in (event.get("probes") or {}):
+                if event.get("eval_return") is not None or event["round_s"] <= 0 or sim_s <= 0:
+                    continue
+                sim_share = event["probe_s"] / sim_s if charged_share is None else charged_share
+                if "lanczos_steps" in (event.get("probes") or {}):
                     wall.setdefault(setting, []).append(event["probe_s"] / event["round_s"])
-                    sim.setdefault(setting, []).append(
-                        event["probe_s"] / sim_s if charged_share is None else charged_share)
+                    sim.setdefault(setting, []).append(sim_share)
+                totals.setdefault(setting, np.zeros(4))[:] += (
+                    event["probe_s"], event["round_s"],
+                    sim_share * sim_s if event["probe_s"] > 0 else 0.0, sim_s)
             elif event["event"] == "CostCharged":
                 items = event["items"]
                 pair = usd.setdefault(setting, [0.0, 0.0])
@@ -485,17 +495,28 @@ def probe_cost(dirs: list[Path]) -> dict[str, dict[str, float]]:
         return {"median": float(np.median(values)), "p90": float(np.percentile(values, 90))}
 
     return {setting: {"rounds": len(values), "wall": spread(values), "sim": spread(sim[setting]),
+                      "wall_all": totals[setting][0] / totals[setting][1],
+                      "sim_all": totals[setting][2] / totals[setting][3],
                       "usd_share": usd[setting][0] / usd[setting][1] if usd[setting][1] else 0.0}
             for setting, values in sorted(wall.items())}
 
 
+def all_rounds(cost: dict[str, Any], kind: str) -> str:
+    """A share over all rounds, or a dash in a result collected before it was measured."""
+    share = cost.get(f"{kind}_all")
+    return "—" if share is None else f"{share:.1%}"
+
+
 def probe_table(costs: dict[str, dict[str, Any]]) -> str:
-    lines = ["Hessian probe, share of each round (rounds without evaluation): of its wall time "
-             "here, of its simulated time, and of the dollars charged", "",
+    lines = ["Hessian probe, share of each round it ran in (rounds without evaluation): of its "
+             "wall time here and of its simulated time; its share of all rounds' time (probed or "
+             "not), and of the dollars charged", "",
              "| setting | rounds | wall, median | wall, p90 | simulated, median | simulated, p90 "
-             "| dollars |", "|---|---:|---:|---:|---:|---:|---:|"]
+             "| wall, all rounds | simulated, all rounds | dollars |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     lines += [f"| `{s}` | {v['rounds']:,} | {v['wall']['median']:.1%} | {v['wall']['p90']:.1%} "
-              f"| {v['sim']['median']:.1%} | {v['sim']['p90']:.1%} | {v['usd_share']:.1%} |"
+              f"| {v['sim']['median']:.1%} | {v['sim']['p90']:.1%} | {all_rounds(v, 'wall')} "
+              f"| {all_rounds(v, 'sim')} | {v['usd_share']:.1%} |"
               for s, v in costs.items()]
     return "\n".join(lines)
 

@@ -327,6 +327,39 @@ def test_a_calibration_fits_probe_sizes_that_each_occur_once(
     assert constants["model_actor_ms_per_step"] == pytest.approx(0.2)
 
 
+def test_probe_cost_counts_a_probe_every_kth_round_over_all_rounds(tmp_path: Path) -> None:
+    """A rule that probes one round in four pays the probe once per four rounds: the per-round
+    shares are of the rounds it ran in, the all-rounds shares of every round's seconds, and a
+    round with an evaluation counts in neither (its time would pass for probe time)."""
+    import sys
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
+    import boost_budget
+
+    run_dir = tmp_path / "every4" / "seed-1"
+    run_dir.mkdir(parents=True)
+    events, sim = [], 0.0
+    for r in range(1, 10):
+        probed, evaluated = r % 4 == 1, r == 9
+        probe_s = 1.0 if probed else 0.0
+        sim += 2.0
+        events.append({"event": "CostCharged", "round_usd": 0.01,
+                       "items": {"probe_usd": 0.002 if probed else 0.0, "learner_usd": 0.008}})
+        events.append({"event": "RoundFinished", "round_s": 5.0, "probe_s": probe_s,
+                       "sim_time_s": sim, "eval_return": 1.0 if evaluated else None,
+                       "probes": {"lanczos_steps": 20} if probed else {}})
+    (run_dir / "events.jsonl").write_text("".join(json.dumps(e) + "\n" for e in events))
+
+    cost = boost_budget.probe_cost([run_dir])["every4"]
+    assert cost["rounds"] == 2  # rounds 1 and 5; round 9 probed but evaluated too
+    assert cost["wall"]["median"] == pytest.approx(1.0 / 5.0)
+    assert cost["sim"]["median"] == pytest.approx(0.2)  # the bill's split: 0.002 / 0.010
+    assert cost["wall_all"] == pytest.approx(2.0 / (8 * 5.0))
+    assert cost["sim_all"] == pytest.approx(2 * 0.2 * 2.0 / (8 * 2.0))
+    assert cost["usd_share"] == pytest.approx(3 * 0.002 / (9 * 0.01))
+    assert "| 5.0% | 5.0% | 6.7% |" in boost_budget.probe_table({"every4": cost})
+
+
 def test_fit_gns_adds_the_gns_probes_constants_and_keeps_the_rest(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A model fitted before the gns probe had a time gets that probe's pair from two runs of
