@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,9 @@ import pytest
 from plugins.experiments.aggregate import bootstrap_ci, describe, iqm, paired
 from plugins.experiments.report import load_run
 from tests.conftest import run_cli
+
+#: perf/'s scripts (boost, boost_budget, common) import each other by bare name, as when run.
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -165,9 +169,7 @@ def test_a_hundred_runs_report_in_seconds(tmp_path: Path) -> None:
 
 def test_boost_protocols_build_valid_plans_and_render_from_rows(tmp_path: Path) -> None:
     import argparse
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     from kernel.plan import load_plan
@@ -233,9 +235,7 @@ def test_boost_checks_every_task_before_the_first_run(tmp_path: Path) -> None:
     """A task the protocol cannot run fails before any run starts, naming what is missing, so a
     sweep over several tasks does not stop hours in at the last one."""
     import argparse
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     def prepare(protocol: boost.Protocol, **kw: Any) -> None:
@@ -257,9 +257,7 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
     16 actors, measured), a fit, and every run of the protocol billed by that model. The runs
     are cut from 20 rounds to 6 (the fit's least: five updates of each size, plus round 1)."""
     import argparse
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
     import boost_budget
     import common
@@ -292,9 +290,6 @@ def test_a_calibration_fits_probe_sizes_that_each_occur_once(
     """The probe's samples x Lanczos steps vary with how fast each round's Lanczos converges,
     so two short calibration runs (Ant-v5's did) may see every size once: the fit takes them,
     and recovers the seconds they were made from."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost_budget
     import common
 
@@ -331,9 +326,6 @@ def test_probe_cost_counts_a_probe_every_kth_round_over_all_rounds(tmp_path: Pat
     """A rule that probes one round in four pays the probe once per four rounds: the per-round
     shares are of the rounds it ran in, the all-rounds shares of every round's seconds, and a
     round with an evaluation counts in neither (its time would pass for probe time)."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost_budget
 
     run_dir = tmp_path / "every4" / "seed-1"
@@ -365,9 +357,6 @@ def test_fit_gns_adds_the_gns_probes_constants_and_keeps_the_rest(
     """A model fitted before the gns probe had a time gets that probe's pair from two runs of
     it alone (1,024 and 4,096 samples); every constant already there stays as it was, so the
     studies billed by them replay. A task without a model is refused, not calibrated."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost_budget
     import common
 
@@ -408,9 +397,6 @@ def test_fit_gns_adds_the_gns_probes_constants_and_keeps_the_rest(
 def test_boost_adds_to_its_stored_result_and_never_drops_rows(tmp_path: Path) -> None:
     """A command that runs one task or setting keeps the stored rows it did not remake; a
     stored result of another scale is kept aside rather than mixed with the new rows."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     def row(task: str, setting: str, seed: int, value: float) -> dict[str, Any]:
@@ -444,9 +430,6 @@ def test_boost_adds_to_its_stored_result_and_never_drops_rows(tmp_path: Path) ->
 def test_boost_keeps_a_folders_plan_when_its_options_differ(tmp_path: Path) -> None:
     """A runs folder made with other options is refused before its plan is touched, so the
     kept runs stay beside the plan they were made from and resume with the right options."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     plan_path = tmp_path / "plan.toml"
@@ -466,9 +449,7 @@ def test_boost_collect_reads_folders_made_with_other_options(tmp_path: Path) -> 
     runs (two tasks swept with different ``--jobs`` have plans that differ in
     ``actors.workers``) and leaves their plans as they are."""
     import argparse
-    import sys
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     sweep_dir = tmp_path / "Hopper-v5" / "aws-gpu"
@@ -487,9 +468,6 @@ def test_boost_collect_reads_folders_made_with_other_options(tmp_path: Path) -> 
 def test_slimmed_runs_give_the_same_rows_and_bills(tmp_path: Path) -> None:
     """``perf/boost.py --slim`` drops the per-invocation events of kept runs; every row the
     protocol reports, and the prototype's bill read off them, must come out the same."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "perf"))
     import boost
 
     run_dir = write_run(tmp_path / "r", scaler="nitro", seed=1, slope=10.0, invocations=True)
