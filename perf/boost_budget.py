@@ -110,6 +110,11 @@ SETTINGS = {
     # KungFu's adaptive batch (N from actors.min, grown with the gradient noise scale): the
     # setting that bought the most samples in the paper's protocol, here at equal budget.
     "kungfu": ['scaler={name="kungfu"}', "actors.count=2"],
+    # Rounds that grow with the gradient noise scale, from half the plan's count to twice it
+    # (the premise study found a big round's advantage rising as training goes on): around
+    # 8, N in [4, 16]; around 4, N in [2, 8].
+    "grow8": ['scaler={name="grow"}', "actors.count=8"],
+    "grow4": ['scaler={name="grow"}', "actors.count=4"],
 }
 COMMON = ["checkpoint.enabled=false", "sinks=[]",
           'probes=[{name="eval", every=10, episodes=10}]']

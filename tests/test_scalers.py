@@ -18,6 +18,7 @@ from plugins.scalers import (
     DecayOnlyScaler,
     FixedScaler,
     GnsScaler,
+    GrowScaler,
     HydrozoaScaler,
     KungfuScaler,
     MaxScaler,
@@ -346,6 +347,41 @@ def test_kungfu_follows_rises_of_the_noise_scale_and_updates_previous() -> None:
     assert scaler.last_detail["skipped"] == 1.0 and scaler.previous == 1200.0
 
 
+def test_grow_follows_a_power_of_the_noise_scale_within_its_band() -> None:
+    # base 4, gain 2: N in [2, 8]; exponent 0.5, no smoothing, reference after 2 measurements.
+    # t=1 B 100 (warm-up): 2.  t=2 B 100 = B_ref: 2 * 1 = 2.  t=3 B 400: 2 * sqrt(4) = 4.
+    # t=4 nothing measured: hold 4.  t=5 B 1800/2 = 900: 2 * 3 = 6.  t=6 B 10,000: 20 -> 8.
+    # t=7 B 25: 1 -> 2.  t=8 tr(Sigma) < 0 (B = 0): hold 2.
+    scaler = make(GrowScaler, base=4, gain=2.0, exponent=0.5, smoothing=0.0, warmup=2)
+    parts = [(1.0, 100.0), (1.0, 100.0), (1.0, 400.0), None, (2.0, 1800.0), (1.0, 1e4),
+             (1.0, 25.0), (1.0, -5.0)]
+    history: list[RoundRecord] = []
+    current, got = 4, []
+    for t, part in enumerate(parts, start=1):
+        probes = {} if part is None else {"grad_norm_sq": part[0], "trace_sigma": part[1]}
+        history.append(rec(t, actors=current, probes=probes))
+        current = scaler.decide(sctx(history, current=current))
+        got.append(current)
+    assert got == [2, 2, 4, 4, 6, 8, 2, 2]
+    assert scaler.last_detail["skipped"] == 1.0 and scaler.reference == 100.0
+    # A checkpoint carries the reference and the averages: the copy decides as the original.
+    copy = make(GrowScaler, base=4, gain=2.0, exponent=0.5, smoothing=0.0, warmup=2)
+    copy.load_state(json.loads(json.dumps(scaler.state())))
+    history.append(rec(9, actors=2, probes={"grad_norm_sq": 1.0, "trace_sigma": 1600.0}))
+    assert scaler.decide(sctx(history)) == copy.decide(sctx(history)) == 8
+
+
+def test_grow_takes_the_noise_scale_as_a_ratio_of_averages() -> None:
+    # |G|^2 of 1 then 3 average to 2 (smoothing 0.5), tr(Sigma) stays 100: B = 50, not the
+    # mean of 100 and 33 (a ratio of noisy estimates is biased towards small denominators).
+    scaler = make(GrowScaler, smoothing=0.5, warmup=1)
+    history = [rec(1, probes={"grad_norm_sq": 1.0, "trace_sigma": 100.0}),
+               rec(2, probes={"grad_norm_sq": 3.0, "trace_sigma": 100.0})]
+    scaler.decide(sctx(history[:1]))
+    scaler.decide(sctx(history))
+    assert math.isclose(scaler.last_detail["b_noise"], 50.0)
+
+
 def test_hydrozoa_doubles_every_ten_rounds() -> None:
     # Round r = t + 1 runs 8 * 2^((r - 1) // 10): rounds 2-10 8, 11-20 16, 21-30 32, then 64.
     scaler = make(HydrozoaScaler)
@@ -358,6 +394,7 @@ def test_hydrozoa_doubles_every_ten_rounds() -> None:
 
 @pytest.mark.parametrize(("name", "probe", "widened"), [
     ("prototype", "hessian", True), ("no_boost", "hessian", False), ("kungfu", "gns", True),
+    ("grow", "gns", True), ("critical_batch", "gns", True),
     ("decay_only", None, True), ("hydrozoa", None, True),
 ])
 def test_baselines_get_their_probe_and_room(name: str, probe: str | None,

@@ -167,6 +167,18 @@ CRITICAL_BATCH_CONFIG = {
                        "across rounds.", min=0, max=0.99),
 }
 
+GROW_CONFIG = {
+    "base": Field("int", None, "The count the band is centred on (default actors.count).",
+                  min=1),
+    "gain": Field("float", 2.0, "N runs from base / gain (while the noise scale is at its "
+                  "reference) to base x gain.", min=1),
+    "exponent": Field("float", 0.2, "N grows as (B_noise / B_ref)^exponent: 0.2 crosses "
+                      "a band of gain 2 over the 300- to 1,000-fold growth of the noise scale "
+                      "seen in a budgeted run.", min=0, min_exclusive=True),
+    "smoothing": CRITICAL_BATCH_CONFIG["smoothing"],
+    "warmup": Field("int", 5, "Measurements before the reference noise scale is fixed.", min=1),
+}
+
 REWARD_SLOPE_CONFIG = {
     "window": Field("int", 5, "Rounds with a return in the slope fit.", min=2),
     "flat_threshold": Field("float", 0.01, "Relative slope per round counted as flat.", min=0),
@@ -205,6 +217,10 @@ PLUGINS = [
            "buys progress cheapest (gradient noise scale and the round estimate's prices).",
            config=CRITICAL_BATCH_CONFIG,
            validator=ADAPTIVE),
+    Plugin("grow", "scaler", "plugins.scalers.noise:GrowScaler",
+           "N grows with the gradient noise scale from base / gain to base x gain: small "
+           "rounds while updates pay, big ones once the gradient is noisy.",
+           config=GROW_CONFIG, validator=ADAPTIVE),
     Plugin("gns", "scaler", "plugins.scalers.noise:GnsScaler",
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
            config=GNS_SCALER_CONFIG, validator=ADAPTIVE),

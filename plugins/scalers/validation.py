@@ -16,13 +16,14 @@ from plugins.descriptors.boost import (
 ADAPTIVE_MAX_FACTOR = 8
 
 #: The probe value each measuring scaler reads by default (its descriptor's ``signal``;
-#: critical_batch has no such key and always reads the gns probe's parts), and the probe
+#: critical_batch and grow have no such key and always read the gns probe's parts), and the probe
 #: that reports it.
 DEFAULT_SIGNAL = {"nitro": NITRO_CONFIG["signal"].default,
                   "prototype": NITRO_CONFIG["signal"].default,
                   "no_boost": NO_BOOST_CONFIG["signal"].default,
                   "gns": GNS_SCALER_CONFIG["signal"].default,
-                  "kungfu": KUNGFU_CONFIG["signal"].default, "critical_batch": "gns"}
+                  "kungfu": KUNGFU_CONFIG["signal"].default, "critical_batch": "gns",
+                  "grow": "gns"}
 SIGNAL_PROBE = {"hessian_ratio": "hessian", "gns": "gns"}
 
 
