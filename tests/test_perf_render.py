@@ -294,9 +294,9 @@ def test_boost_study_settings_build_valid_plans():
     for name, sets in bb.SETTINGS.items():
         plan = load_plan(bb.PLAN, [*bb.COMMON, *sets])
         # the adaptive settings keep the start count their stored runs used, whatever the
-        # plan's: 2 for the paper's rules and the schedules; fixedN, anchoredN and the
+        # plan's: 2 for the paper's rules and the schedules; fixedN, anchoredN, growN and the
         # calibrations (probe_nN, gns_nN) name theirs
-        named = re.match(r"(fixed|anchored|probe_n|gns_n)(\d+)", name)
+        named = re.match(r"(fixed|anchored|grow|probe_n|gns_n)(\d+)", name)
         if named:
             assert plan["actors"]["count"] == int(named.group(2)), name
         else:

@@ -450,6 +450,38 @@ def test_engine_run_stays_inside_its_budget(tmp_path: Path, mode: str) -> None:
     assert probes and all(e["probe_s"] > 0 for e in probes)
 
 
+def test_grow_reads_the_real_gns_probe_and_decides_by_its_formula(tmp_path: Path) -> None:
+    """An engine run of grow on CartPole: the gns probe it needs is added, its parts reach the
+    scaler, and every decision is the formula applied to the noise scale it reports."""
+    from kernel.engine import Engine
+
+    plan = tomllib.loads(Path("plans/cartpole.toml").read_text())
+    plan["run"].update(name="grow", mode="sync")
+    plan["stop"] = {"max_rounds": 10, "target_return": 1e9}
+    plan["actors"].update(count=4, min=1, max=8)
+    plan["scaler"] = {"name": "grow", "warmup": 2, "exponent": 0.5}
+    plan["probes"], plan["sinks"] = [], []
+    engine = Engine.from_plan(plan, out_dir=tmp_path)
+    summary = asyncio.run(engine.run())
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").open()]
+    decided = [e for e in events if e["event"] == "ScaleDecided"]
+    assert summary["rounds"] == 10 and len(decided) == 10  # the last one decides no round
+    assert decided[0]["detail"]["warmup"] == 1.0 and decided[0]["actors"] == 2  # lo = 4 / 2
+    reference = decided[1]["detail"]["b_ref"]
+    assert reference > 0
+    checked = 0
+    for e in decided[1:]:
+        detail = e["detail"]
+        if detail.get("skipped"):
+            continue
+        want = min(max(2 * (detail["b_noise"] / reference) ** 0.5, 2.0), 8.0)
+        assert detail["raw"] == pytest.approx(want)
+        assert e["actors"] == round(want)
+        checked += 1
+    assert checked >= 6, "the probe's measurements should reach the scaler in most rounds"
+    assert summary["actors_per_round"][1:] == [e["actors"] for e in decided[:-1]]
+
+
 def test_adaptive_scalers_get_room_and_their_probe_by_default() -> None:
     """`--set scaler.name=nitro` on a plan written for the fixed scaler must still boost: an
     unset actors.max widens to 8 x count and the hessian probe it reads is added."""
