@@ -50,6 +50,7 @@ SCALERS = {
     "hydrozoa": '{name="hydrozoa"}',
     "random": '{name="random"}',
     "critical_batch": '{name="critical_batch"}',
+    "grow": '{name="grow"}',
     "max": '{name="max"}',
 }
 #: Budgets cycled through the grid: a few dozen rounds each, so the last rounds matter.

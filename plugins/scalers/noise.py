@@ -221,6 +221,9 @@ class GrowScaler(Scaler):
     the square root crossed the band in the first 17 rounds (Humanoid, measured) and the rule
     became a fixed ``hi``; 300^0.2 = 3 and 1,000^0.2 = 4 = gain^2 cross it over the run. A
     missing or unusable measurement keeps N.
+
+    Measured at equal budget it did not pay: below the best fixed N on Hopper, Walker2d and
+    Humanoid (docs/boosting.md, study 13), so it is a baseline to compare, not the default.
     """
 
     def __init__(self, ctx: PluginContext):
@@ -239,7 +242,7 @@ class GrowScaler(Scaler):
         record = ctx.history[-1] if ctx.history else None
         if record is None or not self.noise.update(record):
             self.last_detail = {"skipped": 1.0}
-            return ctx.current if record is not None else round(self.lo)
+            return ctx.current
         self.measured += 1
         b_noise = self.noise.value()
         if b_noise is None or b_noise <= 0:
