@@ -56,7 +56,11 @@ sys.path.insert(0, str(c.ROOT))
 
 from plugins.cost.prototype import bill_of_rounds  # noqa: E402
 from plugins.experiments.aggregate import (  # noqa: E402
+    Group,
     band_figures,
+    front_figures,
+    front_markdown,
+    fronts,
     groups_from_sweep,
     markdown,
     seed_row,
@@ -297,7 +301,24 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
                              for g in groups for run in g.runs]
             if args.figures and groups:
                 band_figures(groups, sweep_dir / "report")
+                front_report(groups, sweep_dir / "report")
     return rows
+
+
+def front_report(groups: list[Group], out: Path) -> None:
+    """Every other setting's curves against the front of the fixed counts (their pointwise
+    best), in return against dollars and simulated time: ``front.md`` and its figures."""
+    front = [g.label for g in groups if g.label.startswith("fixed")]
+    if not front or len(front) == len(groups):
+        return
+    found = fronts(groups, front)
+    text = front_markdown(found)
+    if not text:
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "front.md").write_text(text + "\n", encoding="utf-8")
+    front_figures(found, [r for g in groups for r in g.runs], out)
+    c.log(f"front of {', '.join(front)}: {out / 'front.md'}")
 
 
 #: What a kept run's events.jsonl holds after ``--slim``: what the report reads, and the stop.

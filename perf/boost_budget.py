@@ -528,7 +528,8 @@ def probe_table(costs: dict[str, dict[str, Any]]) -> str:
 
 def spend_line(rows: list[dict[str, Any]]) -> str:
     """How close every run came to its budget: the allocator should end each between 95 % and
-    100 %, a fixed N short of that by at most one round it could not shrink."""
+    100 % (it shrinks a fixed N's last rounds too), short of that only where one round of
+    ``actors.min`` costs more than the rest or a round cost more than its estimate."""
     spent = sorted((r["budget_spent"], r["setting"], r["seed"]) for r in rows
                    if r.get("budget_spent") is not None)
     if not spent:

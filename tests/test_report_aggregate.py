@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from plugins.experiments.aggregate import bootstrap_ci, describe, iqm, paired
+from plugins.experiments.aggregate import Group, bootstrap_ci, describe, front_gap, iqm, paired
 from plugins.experiments.report import load_run
 from tests.conftest import run_cli
 
@@ -138,6 +138,86 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     for name in ("bands_return_vs_env_steps", "bands_return_vs_cost",
                  "bands_return_vs_sim_time", "final_eval_by_setting"):
         assert (tmp_path / "figs" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def front_groups(root: Path, settings: dict[str, tuple[dict[int, float], int]]) -> list[Group]:
+    """Groups of runs: label -> (seed -> slope, rounds)."""
+    return [Group(label, [load_run(write_run(root / label / f"seed-{seed}", scaler=label,
+                                             seed=seed, slope=slope, rounds=rounds))
+                          for seed, slope in seeds.items()])
+            for label, (seeds, rounds) in settings.items()]
+
+
+def test_front_gap_follows_the_best_fixed_curve_and_holds_a_run_that_ended(
+        tmp_path: Path) -> None:
+    # Against dollars (0.001 a round): fixed_a climbs 30 a round but its budget ends at round 5
+    # (151 at stop), then holds; fixed_b climbs 20 a round to 201 at round 10; the rule 25 a
+    # round to 251. On the grid 0.002, 0.003, ..., 0.010 the front is fixed_a's 60, 90, 120,
+    # 151, 151, 151 and then fixed_b's 160, 180, 201; the rule's 50, 75, ..., 225, 251 sits
+    # -10, -15, -20, -26, -1 below it and +24, +40, +45, +50 above.
+    groups = front_groups(tmp_path, {"fixed_a": ({1: 30.0, 2: 30.0}, 5),
+                                     "fixed_b": ({1: 20.0, 2: 20.0}, 10),
+                                     "rule": ({1: 25.0, 2: 25.0}, 10)})
+    gap = front_gap(groups, ["fixed_a", "fixed_b"], "rule", lambda r: r.cost_usd, points=9)
+    assert gap is not None
+    assert gap["curve"]["gap"] == pytest.approx([-10, -15, -20, -26, -1, 24, 40, 45, 50])
+    assert gap["mean_gap"] == pytest.approx(87 / 9)
+    assert gap["share_on_or_above"] == pytest.approx(4 / 9)
+    assert gap["front_share"] == pytest.approx({"fixed_a": 6 / 9, "fixed_b": 3 / 9})
+    # Identical seeds: no spread, so the intervals are the points and the shares follow.
+    assert gap["mean_gap_ci"] == pytest.approx((87 / 9, 87 / 9))
+    assert gap["share_above"] == pytest.approx(4 / 9)
+    assert gap["share_below"] == pytest.approx(5 / 9)
+    assert gap["grid"] == pytest.approx([0.002, 0.010])
+
+
+def test_front_gap_pairs_seeds_and_names_what_is_missing(tmp_path: Path) -> None:
+    # Every seed of the rule climbs 5 a round faster than the same seed of the front, while
+    # seeds differ among themselves by far more: paired, the interval is the point itself.
+    groups = front_groups(tmp_path, {"fixed": ({1: 10.0, 2: 20.0, 3: 30.0, 4: 40.0}, 10),
+                                     "rule": ({1: 15.0, 2: 25.0, 3: 35.0, 4: 45.0, 5: 9.0}, 10)})
+    gap = front_gap(groups, ["fixed"], "rule", lambda r: r.cost_usd)
+    assert gap is not None and gap["seeds"] == [1, 2, 3, 4]  # seed 5 has no partner
+    # 5 a round more, at rounds 2..10 of a linear grid: 5 x 6 on average
+    assert gap["mean_gap"] == pytest.approx(30.0)
+    assert gap["mean_gap_ci"] == pytest.approx((30.0, 30.0))
+    assert gap["share_on_or_above"] == gap["share_above"] == 1.0
+    with pytest.raises(ValueError, match="no setting named 'fixed9'"):
+        front_gap(groups, ["fixed9"], "rule", lambda r: r.cost_usd)
+
+
+def test_report_measures_settings_against_a_front(tmp_path: Path) -> None:
+    sweep = write_sweep(tmp_path / "sweep", {
+        "fixed4": {1: 10.0, 2: 12.0, 3: 8.0}, "fixed8": {1: 11.0, 2: 9.0, 3: 12.0},
+        "nitro": {1: 6.0, 2: 7.0, 3: 5.0}})
+    out_json = tmp_path / "agg.json"
+    proc = run_cli("report", str(sweep), "--front", "fixed4,fixed8", "--json", str(out_json),
+                   "--out", str(tmp_path / "figs"), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "Against the front of fixed4, fixed8 in return against dollars" in proc.stdout
+    assert "Against the front of fixed4, fixed8 in return against simulated time" in proc.stdout
+    gap = json.loads(out_json.read_text())["front"]["dollars"]["nitro"]
+    assert gap["share_below"] == 1.0 and gap["mean_gap_ci"][1] < 0  # below everywhere
+    for name in ("front_gap_vs_dollars", "front_gap_vs_sim_time"):
+        assert (tmp_path / "figs" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+    proc = run_cli("report", str(sweep), "--front", "fixed4,fixed16", "--no-figures",
+                   timeout=120)
+    assert proc.returncode == 2 and "no setting named 'fixed16'" in proc.stderr
+
+
+def test_boost_reports_its_settings_against_the_fixed_counts(tmp_path: Path) -> None:
+    import boost
+
+    groups = front_groups(tmp_path / "runs", {"fixed8": ({1: 10.0, 2: 12.0}, 10),
+                                              "fixed16": ({1: 9.0, 2: 13.0}, 10),
+                                              "nitro": ({1: 14.0, 2: 15.0}, 10)})
+    boost.front_report(groups, tmp_path / "report")
+    text = (tmp_path / "report" / "front.md").read_text()
+    assert text.startswith("Against the front of fixed8, fixed16 in return against dollars")
+    assert "| nitro | 2 |" in text and "| fixed8 |" not in text  # the front is not its own row
+    assert (tmp_path / "report" / "front_gap_vs_dollars.png").read_bytes()[:8] == PNG_MAGIC
+    boost.front_report(groups[:2], tmp_path / "only-fixed")  # nothing to set against them
+    assert not (tmp_path / "only-fixed").exists()
 
 
 def test_plain_run_dirs_group_by_parent_and_bad_baseline(tmp_path: Path) -> None:

@@ -305,6 +305,123 @@ def _rule(n: int) -> str:
     return "|" + "|".join(["---"] + ["---:"] * (n - 1)) + "|"
 
 
+# -- the fixed-N front -------------------------------------------------------------------------
+
+
+#: How a front table names its axes.
+AXIS_NAMES = {"dollars": "dollars", "sim_time": "simulated time", "wall_time": "wall-clock time"}
+
+
+def front_gap(groups: Sequence[Group], front: Sequence[str], label: str,
+              xs_of: Callable[[RunData], Sequence[float]], points: int = 100,
+              resamples: int = RESAMPLES, seed: int = BOOT_SEED) -> dict[str, Any] | None:
+    """How far ``label``'s mean curve sits above (+) or below (-) the front of the ``front``
+    settings' mean curves (their pointwise best), along one axis.
+
+    A claim that a rule "sits on or beyond the front of the fixed counts" is a statement about
+    whole curves, not final points: at every dollar (or second) the rule has spent, is its
+    return at least what the best fixed count had reached by then? Curves are paired by seed
+    (the seeds every compared setting ran), each seed's evaluations interpolated linearly onto
+    a common grid from the latest first evaluation to the latest last one; a run that ended
+    before a point keeps the return it ended with (what its user holds at that point). At each
+    point the front is the fixed count whose mean is highest there; the intervals resample
+    seeds (jointly across settings) for that choice. Choosing the best-looking of several
+    noisy means favours the front, so a gap is, if anything, biased against ``label``;
+    recomputing the max in every resample instead would make the statistic a max of means,
+    whose percentile interval need not even contain the estimate.
+    """
+    by_label = {g.label: g for g in groups}
+    missing = [name for name in (*front, label) if name not in by_label]
+    if missing:
+        raise ValueError(f"front: no setting named {', '.join(map(repr, missing))} "
+                         f"(settings: {', '.join(by_label)})")
+    compared = [label, *front]
+    common = set.intersection(*({r.seed for r in by_label[name].runs} for name in compared))
+    seeds = sorted(s for s in common if s is not None)
+    curves: dict[str, list[tuple[np.ndarray, np.ndarray]]] = {}
+    for name in compared:
+        runs = {r.seed: r for r in by_label[name].runs}
+        curves[name] = []
+        for s in seeds:
+            x, y = runs[s].points(list(xs_of(runs[s])))
+            if not x:
+                return None
+            curves[name].append((np.asarray(x, float), np.asarray(y, float)))
+    if len(seeds) < 2:
+        return None
+    lo = max(x[0] for c in curves.values() for x, _ in c)
+    hi = max(x[-1] for c in curves.values() for x, _ in c)
+    if hi <= lo:
+        return None
+    grid = np.linspace(lo, hi, points)
+    values = {name: np.stack([np.interp(grid, x, y) for x, y in c])
+              for name, c in curves.items()}
+    n = len(seeds)
+    front_means = np.stack([values[name].mean(axis=0) for name in front])
+    leader = front_means.argmax(axis=0)
+    # Per seed, the rule's return minus the leading fixed count's at each point: the gap is
+    # then a mean over seeds, and its bootstrap a plain one.
+    leading = np.stack([values[name] for name in front])[leader, :, np.arange(points)].T
+    per_seed = values[label] - leading
+    gap = per_seed.mean(axis=0)
+    counts = np.random.default_rng(seed).multinomial(n, np.full(n, 1 / n), size=resamples)
+    boot_gap = counts @ per_seed / n
+    tail = (1 - LEVEL) / 2 * 100
+    mean_lo, mean_hi = np.percentile(boot_gap.mean(axis=1), [tail, 100 - tail])
+    point_lo, point_hi = np.percentile(boot_gap, [tail, 100 - tail], axis=0)
+    return {
+        "setting": label, "front": list(front), "seeds": seeds, "grid": [float(lo), float(hi)],
+        "mean_gap": float(gap.mean()), "mean_gap_ci": (float(mean_lo), float(mean_hi)),
+        "share_on_or_above": float(np.mean(gap >= 0)),
+        "share_above": float(np.mean(point_lo > 0)),
+        "share_below": float(np.mean(point_hi < 0)),
+        "front_share": {name: float(np.mean(leader == i)) for i, name in enumerate(front)},
+        "curve": {"x": grid.tolist(), "gap": gap.tolist(), "lo": point_lo.tolist(),
+                  "hi": point_hi.tolist()},
+    }
+
+
+def fronts(groups: Sequence[Group], front: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """``front_gap`` of every other setting against dollars (the axis an equal-budget claim
+    is about) and time (the one boosting should save: simulated where the runs simulated the
+    cloud, else wall-clock): {axis: {setting: gap}}."""
+    runs = [r for g in groups for r in g.runs]
+    time_of, _, time_key = time_axis(runs)
+    axes: dict[str, Callable[[RunData], Sequence[float]]] = {
+        "dollars": lambda r: r.cost_usd, f"{time_key}_time": time_of}
+    others = [g.label for g in groups if g.label not in front]
+    out: dict[str, dict[str, Any]] = {}
+    for axis, xs_of in axes.items():
+        found = {name: front_gap(groups, front, name, xs_of) for name in others}
+        out[axis] = {name: gap for name, gap in found.items() if gap is not None}
+    return out
+
+
+def front_markdown(found: dict[str, dict[str, Any]]) -> str:
+    """The front table: per axis and setting, the mean gap with its interval and how much of
+    the axis the setting spends on, above or below the front."""
+    lines = []
+    for axis, by_setting in found.items():
+        if not by_setting:
+            continue
+        front = next(iter(by_setting.values()))["front"]
+        lines += [f"Against the front of {', '.join(front)} in return against "
+                  f"{AXIS_NAMES[axis]} (mean curve minus "
+                  "the best fixed mean curve at each point, seeds paired; share of the axis "
+                  "on or above the front, and where the interval is wholly above or below):",
+                  "", _row(["setting", "seeds", "mean gap [95% CI]", "on or above",
+                            "above (CI)", "below (CI)", "front made by"]), _rule(7)]
+        for name, g in by_setting.items():
+            made = ", ".join(f"{k} {v:.0%}" for k, v in g["front_share"].items() if v > 0)
+            lines.append(_row([name, str(len(g["seeds"])),
+                               _cell({"mean": g["mean_gap"], "mean_ci": g["mean_gap_ci"]},
+                                     "mean", "+.1f"),
+                               f"{g['share_on_or_above']:.0%}", f"{g['share_above']:.0%}",
+                               f"{g['share_below']:.0%}", made]))
+        lines.append("")
+    return "\n".join(lines).rstrip()
+
+
 # -- figures -----------------------------------------------------------------------------------
 
 
@@ -376,6 +493,40 @@ def band_figures(groups: Sequence[Group], out: Path) -> list[Path]:
         ax.set_ylabel("eval return (mean over eval episodes)")
         paths.append(save_figure(fig, out / f"bands_return_vs_{key}.png", handles=handles))
     paths.append(final_eval_figure(groups, colors, out / "final_eval_by_setting.png"))
+    return paths
+
+
+def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData], out: Path,
+                  shown: Sequence[str] | None = None) -> list[Path]:
+    """Each setting's gap to the fixed-N front along each axis, with the pointwise 95 %
+    interval as a band: above zero the setting beats every fixed count at that point."""
+    out.mkdir(parents=True, exist_ok=True)
+    usd_scale, usd_name = usd_unit(list(runs))
+    time_of, time_name, time_key = time_axis(list(runs))
+    t_scale, t_unit = time_unit(list(runs), time_of)
+    xlabels = {"dollars": (usd_scale, f"cumulative cost ({usd_name})"),
+               f"{time_key}_time": (t_scale, f"{time_name} ({t_unit})")}
+    paths = []
+    for axis, by_setting in found.items():
+        names = [n for n in by_setting if shown is None or n in shown]
+        if not names:
+            continue
+        front = by_setting[names[0]]["front"]
+        scale, xlabel = xlabels[axis]
+        fig, ax = figure(f"Eval return minus the front of {', '.join(front)}: mean and 95 % "
+                         "interval over paired seeds")
+        ax.axhline(0.0, color="black", linewidth=0.8)
+        handles = []
+        for name, color in zip(names, run_colors(len(names)), strict=True):
+            curve = by_setting[name]["curve"]
+            x = np.asarray(curve["x"]) * scale
+            (line,) = ax.plot(x, curve["gap"], color=color,
+                              label=f"{name} ({len(by_setting[name]['seeds'])} seeds)")
+            ax.fill_between(x, curve["lo"], curve["hi"], color=color, alpha=0.15, linewidth=0)
+            handles.append(line)
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel("eval return − best fixed N's")
+        paths.append(save_figure(fig, out / f"front_gap_vs_{axis}.png", handles=handles))
     return paths
 
 

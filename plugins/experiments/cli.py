@@ -46,12 +46,16 @@ def _handle_aggregate(args: argparse.Namespace, dirs: list[Path], sweeps: list[P
             groups += agg.group_runs(plain, args.group_by or "parent")
         groups = [g for g in agg.merge(groups) if g.runs]
         result = agg.aggregate(groups, args.target, args.baseline)
+        front = agg.fronts(groups, args.front) if args.front else {}
     except (ReportError, ValueError) as exc:
         sys.stderr.write(f"nitro report: {exc}\n")
         return 2
     out = Path(args.out) if args.out else (sweeps[0] if len(sweeps) == 1 else Path(".")) \
         / "report"
     sys.stdout.write(agg.markdown(result) + "\n\n")
+    if front:
+        sys.stdout.write(agg.front_markdown(front) + "\n\n")
+        result["front"] = front
     for note in notes:
         sys.stdout.write(f"note: {note}\n")
     if args.json:
@@ -59,9 +63,17 @@ def _handle_aggregate(args: argparse.Namespace, dirs: list[Path], sweeps: list[P
                                    encoding="utf-8")
         sys.stdout.write(f"wrote {args.json}\n")
     if not args.no_figures:
-        for path in agg.band_figures(groups, out):
+        runs = [r for g in groups for r in g.runs]
+        for path in [*agg.band_figures(groups, out), *agg.front_figures(front, runs, out)]:
             sys.stdout.write(f"wrote {path}\n")
     return 0
+
+
+def _names(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected setting names separated by commas")
+    return names
 
 
 def register(subparsers: Any) -> None:
@@ -90,6 +102,11 @@ def register(subparsers: Any) -> None:
                              "evaluation at or above R")
     parser.add_argument("--baseline", metavar="SETTING",
                         help="aggregated: paired differences (by seed) against this setting")
+    parser.add_argument("--front", type=_names, metavar="A,B,...",
+                        help="aggregated: every other setting's mean curve against the "
+                             "front (pointwise best) of these settings' mean curves, in "
+                             "return against dollars and against simulated time: mean gap "
+                             "with its interval, seeds paired, and a figure of the gap")
     parser.add_argument("--json", metavar="FILE",
                         help="aggregated: write per-seed rows and statistics as JSON")
     parser.add_argument("--no-figures", action="store_true",

@@ -1,0 +1,117 @@
+"""Do the boosting rules' curves sit on or beyond the front of the fixed counts?
+
+The equal-budget studies compare final returns. The claim boosting makes is about whole
+curves: at every dollar spent (and every second of simulated time), a boosted run should hold
+at least the return the best fixed count had reached by then. This reads the stored runs of
+every study whose durations do not depend on the machine's load (the time-model and
+GPU-timed studies, and the paper's protocol), takes the front of the study's fixed counts
+(their pointwise best mean curve) and measures every other setting's mean curve against it,
+seeds paired (``nitro report --front``, ``plugins/experiments/aggregate.py``). Rows and text:
+``perf/results/boost_front.json``; figures: ``perf/figures/boost_front/``.
+
+    .venv/bin/python perf/boost_front.py
+
+Nothing is run: the numbers come from ``perf/boost_runs/`` alone, so a later session that adds
+seeds there reruns this to update them.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import common as c
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from plugins.experiments import aggregate as agg  # noqa: E402
+
+STORED = ROOT / "perf" / "boost_runs"
+FIGURES = ROOT / "perf" / "figures" / "boost_front"
+
+
+@dataclass(frozen=True)
+class Study:
+    """A folder of stored runs, the fixed counts whose front it is measured against, and
+    the settings shown against it (None: every other one)."""
+
+    slug: str
+    title: str
+    folder: str
+    front: tuple[str, ...]
+    shown: tuple[str, ...] | None = None
+
+
+#: The load-independent studies of docs/boosting.md. Studies 1 and 2 bill durations measured
+#: on a machine whose load varied between seeds, so their curves are left out.
+STUDIES = (
+    Study("hopper_model", "Hopper-v5, study 3/7/13: GPU price, time model, minibatches of 256",
+          "gpu-model", ("fixed4", "fixed8", "fixed16")),
+    Study("hopper_cuda", "Hopper-v5, study 4/7: learner timed on an H200, minibatches of 256",
+          "gpu-model-cuda", ("fixed4", "fixed8")),
+    Study("hopper_cuda_mb32", "Hopper-v5, study 5/7: learner timed on an H200, 32 minibatches",
+          "gpu-model-cuda-mb32", ("fixed8", "fixed16"), ("anchored8_p4", "nitro", "nitro_p4")),
+    Study("walker2d", "Walker2d-v5, study 6/7/13: learner timed on an H200",
+          "walker2d/gpu-model-cuda", ("fixed4", "fixed8")),
+    Study("humanoid", "Humanoid-v5, study 8/13: GPU price, its own time model",
+          "humanoid/gpu-model", ("fixed2", "fixed4", "fixed8")),
+    Study("halfcheetah", "HalfCheetah-v5, study 11 (held out)", "halfcheetah/gpu-model",
+          ("fixed4", "fixed8", "fixed16")),
+    Study("ant", "Ant-v5, study 12 (held out)", "ant/gpu-model", ("fixed4", "fixed8", "fixed16")),
+    Study("paper_hopper", "Hopper-v5, study 10: the paper's protocol (50 rounds), Lambda billed",
+          "paper-model-cuda/Hopper-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
+          ("prototype", "nitro", "decay_only", "hydrozoa", "kungfu", "no_boost")),
+    Study("paper_walker2d", "Walker2d-v5, study 10: the paper's protocol, Lambda billed",
+          "paper-model-cuda/Walker2d-v5/aws-gpu", ("fixed8", "fixed16", "fixed32")),
+    Study("paper_humanoid", "Humanoid-v5, study 10: the paper's protocol, Lambda billed",
+          "paper-model-cuda/Humanoid-v5/aws-gpu", ("fixed8", "fixed16", "fixed32")),
+)
+#: Rounded for the rows; the text shows them as the front table does.
+KEPT = ("mean_gap", "mean_gap_ci", "share_on_or_above", "share_above", "share_below",
+        "front_share", "grid")
+
+
+def study_groups(study: Study) -> list[agg.Group]:
+    root = STORED / study.folder
+    dirs = sorted(p.parent for p in root.glob("*/seed-*/summary.json"))
+    groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
+    keep = set(study.front) | (set(study.shown) if study.shown else {g.label for g in groups})
+    return [g for g in groups if g.label in keep]
+
+
+def measure(study: Study) -> tuple[list[dict[str, Any]], str, list[Path]]:
+    groups = study_groups(study)
+    found = agg.fronts(groups, study.front)
+    rows = [{"study": study.slug, "axis": axis, "setting": name, "seeds": gap["seeds"],
+             **{key: gap[key] for key in KEPT}}
+            for axis, by_setting in found.items() for name, gap in by_setting.items()]
+    runs = [r for g in groups for r in g.runs]
+    figures = agg.front_figures(found, runs, FIGURES / study.slug)
+    return rows, f"**{study.title}**\n\n{agg.front_markdown(found)}", figures
+
+
+def main() -> int:
+    rows: list[dict[str, Any]] = []
+    texts, figures = [], []
+    for study in STUDIES:
+        c.log(f"front of {', '.join(study.front)}: {study.title}")
+        found, text, paths = measure(study)
+        rows += found
+        texts.append(text)
+        figures += paths
+    text = "\n\n".join(texts)
+    c.write_result("boost_front", {
+        "title": "Boosting rules against the front of the fixed counts, from the stored runs",
+        "studies": [{"slug": s.slug, "title": s.title, "folder": f"perf/boost_runs/{s.folder}",
+                     "front": list(s.front)} for s in STUDIES],
+        "rows": rows, "text": text,
+        "figures": [str(p.relative_to(ROOT)) for p in figures]})
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
