@@ -184,15 +184,27 @@ def model_path(task: str) -> Path:
 def line_through_medians(pairs: list[tuple[float, float]], min_count: int
                          ) -> tuple[float, float]:
     """(intercept, slope) of a straight line through the median of each size seen at least
-    ``min_count`` times, so rounds slowed by a neighbour's job move it little."""
+    ``min_count`` times, so rounds slowed by a neighbour's job move it little.
+
+    Both are at least 0: more work never takes less time, and nothing takes negative time. A
+    cheap step (the gns probe on a small network) grows by microseconds per sample, which a
+    loaded machine's jitter can turn into a falling line; the least-squares line with both
+    constraints is then flat through the medians (or, for a negative intercept, through the
+    origin), and the fit says so."""
     sizes = sorted({x for x, _ in pairs})
     xs = [x for x in sizes if sum(1 for p in pairs if p[0] == x) >= min_count]
     if len(xs) < 2:
         raise ValueError(f"a line needs two sizes seen at least {min_count} times each; "
                          f"saw {sizes}")
     ys = [float(np.median([y for x2, y in pairs if x2 == x])) for x in xs]
-    slope, intercept = np.polyfit(xs, ys, 1)
-    return max(0.0, float(intercept)), float(slope)
+    slope, intercept = (float(v) for v in np.polyfit(xs, ys, 1))
+    if slope < 0:
+        c.log(f"time model: seconds fell with the work ({slope:.3g} per unit over sizes {xs}); "
+              "fitted flat instead (a loaded machine?)")
+        return max(0.0, float(np.mean(ys))), 0.0
+    if intercept < 0:
+        return 0.0, float(np.dot(xs, ys) / np.dot(xs, xs))
+    return intercept, slope
 
 
 def timing_pairs(paths: list[Path]) -> dict[str, list]:

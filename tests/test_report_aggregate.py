@@ -353,7 +353,11 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
     assert fitted["runs"] == 2 and fitted["updates"] == 12 and fitted["probes"] == 12
     # the gns probe ran beside the Hessian's, at two sizes, so the model times it too
     assert fitted["gns_probes"] == 12
-    assert fitted["constants"]["model_gns_s_per_sample"] > 0
+    # ... at a cost that never falls with the samples (a few microseconds a sample here, so a
+    # loaded machine may leave only the fixed part: see the next test)
+    gns = fitted["constants"]
+    assert gns["model_gns_s_per_sample"] >= 0 and gns["model_gns_s"] >= 0
+    assert gns["model_gns_s"] + 4096 * gns["model_gns_s_per_sample"] > 0
     assert sorted(p.parent.parent.name for p in
                   (tmp_path / "runs" / "calibration").rglob("summary.json")) == \
         ["probe_n16", "probe_n2"]
@@ -363,6 +367,21 @@ def test_boost_fits_a_new_tasks_time_model_from_its_calibration_runs(
     plan = boost.base_plan(paper, task, "aws-gpu", None, "sync", 1, "model")
     assert plan["cost"]["model_probe_s_per_sample_step"] == \
         fitted["constants"]["model_probe_s_per_sample_step"]
+
+
+def test_a_time_models_lines_never_fall_nor_go_below_zero() -> None:
+    import boost_budget
+
+    line = boost_budget.line_through_medians
+    rising = [(2, 1.0), (2, 1.2), (2, 9.0), (16, 3.0), (16, 2.9), (16, 3.1)]  # one outlier
+    intercept, slope = line(rising, 3)
+    assert (intercept, slope) == pytest.approx((1.2 - 2 * 1.8 / 14, 1.8 / 14))  # medians 1.2, 3
+    # jitter larger than the growth: a falling line becomes a flat one through the medians
+    assert line([(2, 0.030), (2, 0.031), (16, 0.025), (16, 0.026)], 2) == \
+        pytest.approx((0.028, 0.0))
+    # a line that would cross zero above x = 0 (here at x = 5) goes through the origin,
+    # the least-squares slope of y = b x: (10 * 1 + 20 * 3) / (10² + 20²)
+    assert line([(10, 1.0), (20, 3.0)], 1) == pytest.approx((0.0, 70 / 500))
 
 
 def test_a_calibration_fits_probe_sizes_that_each_occur_once(
