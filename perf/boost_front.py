@@ -35,14 +35,16 @@ FIGURES = ROOT / "perf" / "figures" / "boost_front"
 
 @dataclass(frozen=True)
 class Study:
-    """A folder of stored runs, the fixed counts whose front it is measured against, and
-    the settings shown against it (None: every other one)."""
+    """A folder of stored runs, the fixed counts whose front it is measured against, the
+    settings shown against it (None: every other one) and those that are ``nitro``'s default
+    rule there (docs/boosting.md's table)."""
 
     slug: str
     title: str
     folder: str
     front: tuple[str, ...]
     shown: tuple[str, ...] | None = None
+    default: tuple[str, ...] = ("anchored8_p4",)
 
 
 #: The load-independent studies of docs/boosting.md. Studies 1 and 2 bill durations measured
@@ -55,19 +57,22 @@ STUDIES = (
     Study("hopper_cuda_mb32", "Hopper-v5, study 5/7: learner timed on an H200, 32 minibatches",
           "gpu-model-cuda-mb32", ("fixed8", "fixed16"), ("anchored8_p4", "nitro", "nitro_p4")),
     Study("walker2d", "Walker2d-v5, study 6/7/13: learner timed on an H200",
-          "walker2d/gpu-model-cuda", ("fixed4", "fixed8")),
+          "walker2d/gpu-model-cuda", ("fixed2", "fixed4", "fixed8")),
     Study("humanoid", "Humanoid-v5, study 8/13: GPU price, its own time model",
-          "humanoid/gpu-model", ("fixed2", "fixed4", "fixed8")),
+          "humanoid/gpu-model", ("fixed2", "fixed4", "fixed8", "fixed16"),
+          default=("anchored8_p4", "anchored4_p4")),
     Study("halfcheetah", "HalfCheetah-v5, study 11 (held out)", "halfcheetah/gpu-model",
-          ("fixed4", "fixed8", "fixed16")),
+          ("fixed2", "fixed4", "fixed8", "fixed16")),
     Study("ant", "Ant-v5, study 12 (held out)", "ant/gpu-model", ("fixed4", "fixed8", "fixed16")),
     Study("paper_hopper", "Hopper-v5, study 10: the paper's protocol (50 rounds), Lambda billed",
           "paper-model-cuda/Hopper-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
-          ("prototype", "nitro", "decay_only", "hydrozoa", "kungfu", "no_boost")),
+          ("prototype", "nitro", "decay_only", "hydrozoa", "kungfu", "no_boost"), ("nitro",)),
     Study("paper_walker2d", "Walker2d-v5, study 10: the paper's protocol, Lambda billed",
-          "paper-model-cuda/Walker2d-v5/aws-gpu", ("fixed8", "fixed16", "fixed32")),
+          "paper-model-cuda/Walker2d-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
+          default=("nitro",)),
     Study("paper_humanoid", "Humanoid-v5, study 10: the paper's protocol, Lambda billed",
-          "paper-model-cuda/Humanoid-v5/aws-gpu", ("fixed8", "fixed16", "fixed32")),
+          "paper-model-cuda/Humanoid-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
+          default=("nitro",)),
 )
 #: Rounded for the rows; the text shows them as the front table does.
 KEPT = ("mean_gap", "mean_gap_ci", "share_on_or_above", "share_above", "share_below",
@@ -82,34 +87,73 @@ def study_groups(study: Study) -> list[agg.Group]:
     return [g for g in groups if g.label in keep]
 
 
-def measure(study: Study) -> tuple[list[dict[str, Any]], str, list[Path]]:
+def measure(study: Study) -> tuple[list[dict[str, Any]], list[Path]]:
     groups = study_groups(study)
     found = agg.fronts(groups, study.front)
     rows = [{"study": study.slug, "axis": axis, "setting": name, "seeds": gap["seeds"],
              **{key: gap[key] for key in KEPT}}
             for axis, by_setting in found.items() for name, gap in by_setting.items()]
     runs = [r for g in groups for r in g.runs]
-    figures = agg.front_figures(found, runs, FIGURES / study.slug)
-    return rows, f"**{study.title}**\n\n{agg.front_markdown(found)}", figures
+    return rows, agg.front_figures(found, runs, FIGURES / study.slug)
+
+
+def render(data: dict[str, Any]) -> str:
+    """perf/RESULTS.md's section, rebuilt from the stored rows: each study's front tables,
+    then docs/boosting.md's table of the default rules."""
+    parts = []
+    for study in data["studies"]:
+        found: dict[str, dict[str, Any]] = {}
+        for row in data["rows"]:
+            if row["study"] == study["slug"]:
+                found.setdefault(row["axis"], {})[row["setting"]] = {**row,
+                                                                      "front": study["front"]}
+        parts.append(f"**{study['title']}**\n\n{agg.front_markdown(found)}")
+    parts.append("The default rule in each study:\n\n" + doc_table(data["rows"], data["studies"]))
+    return "\n\n".join(parts)
+
+
+def doc_table(rows: list[dict[str, Any]], studies: list[dict[str, Any]]) -> str:
+    """docs/boosting.md's table: ``nitro``'s default rule in each study against the front,
+    in dollars and in simulated time."""
+    def num(v: float) -> str:
+        return f"{v:+,.0f}".replace("-", "−")
+
+    def cells(r: dict[str, Any]) -> list[str]:
+        lo, hi = r["mean_gap_ci"]
+        return [f"{num(r['mean_gap'])} [{num(lo)}, {num(hi)}]",
+                f"{r['share_on_or_above']:.0%} / {r['share_below']:.0%}"]
+
+    lines = ["| study | front | setting | seeds | gap, dollars [95 % CI] | on or above / below, "
+             "dollars | gap, simulated time [95 % CI] | on or above / below, time |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for study in studies:
+        for name in study["default"]:
+            got = {r["axis"]: r for r in rows if r["study"] == study["slug"]
+                   and r["setting"] == name}
+            if "dollars" not in got or "sim_time" not in got:
+                continue
+            lines.append("| " + " | ".join([
+                study["title"].split(":")[0], ", ".join(study["front"]), f"`{name}`",
+                str(len(got["dollars"]["seeds"])), *cells(got["dollars"]),
+                *cells(got["sim_time"])]) + " |")
+    return "\n".join(lines)
 
 
 def main() -> int:
     rows: list[dict[str, Any]] = []
-    texts, figures = [], []
+    figures: list[Path] = []
     for study in STUDIES:
         c.log(f"front of {', '.join(study.front)}: {study.title}")
-        found, text, paths = measure(study)
+        found, paths = measure(study)
         rows += found
-        texts.append(text)
         figures += paths
-    text = "\n\n".join(texts)
-    c.write_result("boost_front", {
+    data = {
         "title": "Boosting rules against the front of the fixed counts, from the stored runs",
         "studies": [{"slug": s.slug, "title": s.title, "folder": f"perf/boost_runs/{s.folder}",
-                     "front": list(s.front)} for s in STUDIES],
-        "rows": rows, "text": text,
-        "figures": [str(p.relative_to(ROOT)) for p in figures]})
-    print(text)
+                     "front": list(s.front), "default": list(s.default)} for s in STUDIES],
+        "rows": rows, "figures": [str(p.relative_to(ROOT)) for p in figures]}
+    c.write_result("boost_front", data)
+    print(render(data))
     return 0
 
 

@@ -47,7 +47,7 @@ RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "gpu_check_bf16": "gpu_check", "gpu_check_scan": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
              "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
-             "boost_premise_walker2d": "boost_premise"}
+             "boost_premise_walker2d": "boost_premise", "boost_front": "boost_front"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
 BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.

@@ -220,6 +220,37 @@ def test_boost_reports_its_settings_against_the_fixed_counts(tmp_path: Path) -> 
     assert not (tmp_path / "only-fixed").exists()
 
 
+def test_boost_front_measures_the_stored_studies(tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import boost_front
+    import common
+
+    stored = tmp_path / "boost_runs"
+    front_groups(stored / "task", {"fixed4": ({1: 10.0, 2: 12.0}, 10),
+                                   "fixed8": ({1: 11.0, 2: 9.0}, 10),
+                                   "anchored8_p4": ({1: 16.0, 2: 17.0}, 10)})
+    monkeypatch.setattr(boost_front, "STORED", stored)
+    monkeypatch.setattr(boost_front, "FIGURES", tmp_path / "figures")
+    monkeypatch.setattr(boost_front, "ROOT", tmp_path)
+    monkeypatch.setattr(common, "RESULTS", tmp_path / "results")
+    monkeypatch.setattr(boost_front, "STUDIES", (boost_front.Study(
+        "task", "Task-v0, study 0: a test", "task", ("fixed4", "fixed8")),))
+    assert boost_front.main() == 0
+    data = json.loads((tmp_path / "results" / "boost_front.json").read_text())
+    got = {r["axis"]: r for r in data["rows"]}
+    assert set(got) == {"dollars", "sim_time"} and got["dollars"]["setting"] == "anchored8_p4"
+    # fixed4's mean climbs 11 a round, fixed8's 10: fixed4 is the front everywhere, and the
+    # rule gains 16 - 10 = 6 a round on seed 1, 17 - 12 = 5 on seed 2; over rounds 2..10 of a
+    # linear grid (6 on average) that is 36 and 30, 33 on average
+    assert got["dollars"]["mean_gap"] == pytest.approx(33.0)
+    assert got["dollars"]["front_share"] == {"fixed4": 1.0, "fixed8": 0.0}
+    table = boost_front.doc_table(data["rows"], data["studies"])
+    assert boost_front.render(json.loads(json.dumps(data))).endswith(table)  # from rows alone
+    assert "| Task-v0, study 0 | fixed4, fixed8 | `anchored8_p4` | 2 | +33 [+30, +36] | " \
+        "100% / 0% |" in table
+    assert (tmp_path / "figures" / "task" / "front_gap_vs_dollars.png").is_file()
+
+
 def test_plain_run_dirs_group_by_parent_and_bad_baseline(tmp_path: Path) -> None:
     a = write_run(tmp_path / "fixed" / "s1", scaler="fixed", seed=1, slope=1.0)
     b = write_run(tmp_path / "fixed" / "s2", scaler="fixed", seed=2, slope=2.0)

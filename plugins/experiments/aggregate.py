@@ -513,8 +513,8 @@ def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData], out
             continue
         front = by_setting[names[0]]["front"]
         scale, xlabel = xlabels[axis]
-        fig, ax = figure(f"Eval return minus the front of {', '.join(front)}: mean and 95 % "
-                         "interval over paired seeds")
+        fig, ax = figure(f"Return minus the best of {', '.join(front)}\n(mean and 95 % "
+                         "interval over paired seeds)")
         ax.axhline(0.0, color="black", linewidth=0.8)
         handles = []
         for name, color in zip(names, run_colors(len(names)), strict=True):
