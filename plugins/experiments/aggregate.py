@@ -406,9 +406,9 @@ def front_markdown(found: dict[str, dict[str, Any]]) -> str:
             continue
         front = next(iter(by_setting.values()))["front"]
         lines += [f"Against the front of {', '.join(front)} in return against "
-                  f"{AXIS_NAMES[axis]} (mean curve minus "
-                  "the best fixed mean curve at each point, seeds paired; share of the axis "
-                  "on or above the front, and where the interval is wholly above or below):",
+                  f"{AXIS_NAMES[axis]} (mean curve minus the best of their mean curves at "
+                  "each point, seeds paired; share of the axis on or above the front, and "
+                  "where the interval is wholly above or below):",
                   "", _row(["setting", "seeds", "mean gap [95% CI]", "on or above",
                             "above (CI)", "below (CI)", "front made by"]), _rule(7)]
         for name, g in by_setting.items():
@@ -496,8 +496,8 @@ def band_figures(groups: Sequence[Group], out: Path) -> list[Path]:
     return paths
 
 
-def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData], out: Path,
-                  shown: Sequence[str] | None = None) -> list[Path]:
+def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData],
+                  out: Path) -> list[Path]:
     """Each setting's gap to the fixed-N front along each axis, with the pointwise 95 %
     interval as a band: above zero the setting beats every fixed count at that point."""
     out.mkdir(parents=True, exist_ok=True)
@@ -508,7 +508,7 @@ def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData], out
                f"{time_key}_time": (t_scale, f"{time_name} ({t_unit})")}
     paths = []
     for axis, by_setting in found.items():
-        names = [n for n in by_setting if shown is None or n in shown]
+        names = list(by_setting)
         if not names:
             continue
         front = by_setting[names[0]]["front"]
