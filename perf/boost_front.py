@@ -6,8 +6,9 @@ at least the return the best fixed count had reached by then. This reads the sto
 every study whose durations do not depend on the machine's load (the time-model and
 GPU-timed studies, and the paper's protocol), takes the front of the study's fixed counts
 (their pointwise best mean curve) and measures every other setting's mean curve against it,
-seeds paired (``nitro report --front``, ``plugins/experiments/aggregate.py``). Rows and text:
-``perf/results/boost_front.json``; figures: ``perf/figures/boost_front/``.
+seeds paired (``nitro report --front``, ``plugins/experiments/aggregate.py``). Rows:
+``perf/results/boost_front.json`` (perf/RESULTS.md's section is rebuilt from them by
+``render``); figures: ``perf/figures/boost_front/``.
 
     .venv/bin/python perf/boost_front.py
 
@@ -74,7 +75,7 @@ STUDIES = (
           "paper-model-cuda/Humanoid-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
           default=("nitro",)),
 )
-#: Rounded for the rows; the text shows them as the front table does.
+#: What a row keeps of a setting's gap (its curve goes to the figures only).
 KEPT = ("mean_gap", "mean_gap_ci", "share_on_or_above", "share_above", "share_below",
         "front_share", "grid")
 
