@@ -295,8 +295,9 @@ def test_boost_study_settings_build_valid_plans():
         plan = load_plan(bb.PLAN, [*bb.COMMON, *sets])
         # the adaptive settings keep the start count their stored runs used, whatever the
         # plan's: 2 for the paper's rules and the schedules; fixedN, anchoredN, growN and the
-        # calibrations (probe_nN, gns_nN) name theirs
-        named = re.match(r"(fixed|anchored|grow|probe_n|gns_n)(\d+)", name)
+        # calibrations (probe_nN, gns_nN) name theirs, as the spend schedules (spendNtoM) their
+        # first step
+        named = re.match(r"(fixed|anchored|grow|probe_n|gns_n|spend)(\d+)", name)
         if named:
             assert plan["actors"]["count"] == int(named.group(2)), name
         else:
@@ -306,6 +307,10 @@ def test_boost_study_settings_build_valid_plans():
             assert every_round >= ({"gns"} if name.startswith("gns_n") else {"hessian", "gns"})
         if name.endswith("_lr"):
             assert plan["algo"]["lr_reference_minibatch"] == 64, name
+        if name.startswith("spend"):
+            steps = plan["scaler"]["steps"]
+            assert steps[0] == plan["actors"]["count"] and len(plan["scaler"]["at"]) == \
+                len(steps) - 1, name
         if name in ("nitro", "nitro_p4"):
             assert plan["scaler"]["rule"] == "window"
     assert 'rule = "anchored"' in raw

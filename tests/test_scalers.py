@@ -296,6 +296,40 @@ def test_schedules() -> None:
     assert [floor.decide(sctx([rec(r)])) for r in range(1, 4)] == [8, 1, 1]
 
 
+def test_schedule_in_budget_spent() -> None:
+    """``at`` switches the count by the share of the budget spent, read from what is left:
+    4 until 60 % is spent, 8 until 90 %, 16 after (exactly at a fraction: the next count)."""
+    plan = {**PLAN, "stop": {"budget_usd": 0.05}}
+    scaler = ScheduleScaler(PluginContext(
+        name="s", config={"name": "schedule", "steps": [4, 8, 16], "at": [0.6, 0.9]},
+        plan=plan, run_id="t", run_dir=None, seed=0, bus=None))
+    lefts = [0.05, 0.0201, 0.02, 0.0051, 0.005, 0.0]
+    got = [scaler.decide(sctx([rec(1)], budget_left=left)) for left in lefts]
+    assert got == [4, 4, 8, 8, 16, 16]
+    assert scaler.last_detail["spent_share"] == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize(("override", "path", "words"), [
+    ({"scaler.at": [0.5]}, "scaler.at", "one fraction fewer than scaler.steps (3 counts"),
+    ({"scaler.at": [0.7, 0.4]}, "scaler.at", "rising fractions"),
+    ({"scaler.at": [0.5, 1.0]}, "scaler.at", "each in (0, 1)"),
+    ({"stop.budget_usd": None}, "stop.budget_usd", "a budget for"),  # None: left out
+    ({"scaler.direction": "descend"}, "scaler.direction", "'ascend' with scaler.at"),
+])
+def test_a_bad_spend_schedule_fails_before_work_starts(override: dict, path: str,
+                                                       words: str) -> None:
+    from kernel.plan import load_plan
+    from kernel.schema import PlanError
+
+    base = {"scaler.name": "schedule", "scaler.steps": [2, 4, 8], "scaler.at": [0.5, 0.8],
+            "stop.budget_usd": 0.01}
+    assert load_plan("plans/hopper.toml", base)["scaler"]["at"] == [0.5, 0.8]
+    bad = {k: v for k, v in {**base, **override}.items() if v is not None}
+    with pytest.raises(PlanError) as info:
+        load_plan("plans/hopper.toml", bad)
+    assert str(info.value).startswith(path) and words in str(info.value), str(info.value)
+
+
 def test_reward_slope() -> None:
     def decide(returns: list[float | None], current: int = 4) -> int:
         history = [rec(t, eval_return=v) for t, v in enumerate(returns, start=1)]
@@ -448,6 +482,34 @@ def test_engine_run_stays_inside_its_budget(tmp_path: Path, mode: str) -> None:
     assert any("score" in e["detail"] or e["detail"].get("skipped") for e in scaled)
     probes = [e for e in events if e["event"] == "ProbeMeasured" and e["probe"] == "hessian"]
     assert probes and all(e["probe_s"] > 0 for e in probes)
+
+
+def test_engine_switches_a_spend_schedule_at_its_share_of_the_budget(tmp_path: Path) -> None:
+    """A schedule in dollars through the real engine: every round's count is the step whose
+    share of the budget had been spent when it was decided, and the run spends the budget."""
+    from kernel.engine import Engine
+
+    budget = 8e-4  # about 200 rounds of one actor
+    plan = tomllib.loads(Path("plans/cartpole.toml").read_text())
+    plan["run"].update(name="spend", mode="sync")
+    plan["stop"] = {"max_rounds": 1000, "budget_usd": budget}
+    plan["actors"].update(count=1, min=1, max=4, workers=2, simulate=True)
+    plan["scaler"] = {"name": "schedule", "steps": [1, 2, 4], "at": [0.3, 0.6]}
+    plan["probes"], plan["sinks"] = [], []
+    plan["cost"] = {"name": "aws", "estimate_margin": 2.0}
+    engine = Engine.from_plan(plan, out_dir=tmp_path)
+    summary = asyncio.run(engine.run())
+    assert summary["stop_reason"] == "budget" and 0 < summary["cost_usd"] <= budget
+    events = [json.loads(line) for line in (tmp_path / "events.jsonl").open()]
+    charged = [e["round_usd"] for e in events if e["event"] == "CostCharged"]
+    spent = np.cumsum([0.0, *charged]) / budget  # before each round was decided
+    rounds = summary["actors_per_round"]
+    decided = [e for e in events if e["event"] == "ScaleDecided"]
+    for r, n in enumerate(rounds[1:], start=1):  # round 1 runs the plan's count
+        want = [1, 2, 4][int(spent[r] >= 0.3) + int(spent[r] >= 0.6)]
+        assert decided[r - 1]["detail"]["spent_share"] == pytest.approx(spent[r])
+        assert n == want or n == min(want, decided[r - 1]["detail"].get("budget_cap", want))
+    assert {1, 2, 4} <= set(rounds)
 
 
 def test_grow_reads_the_real_gns_probe_and_decides_by_its_formula(tmp_path: Path) -> None:

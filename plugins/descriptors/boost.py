@@ -160,6 +160,9 @@ SCHEDULE_CONFIG = {
     "steps": Field("list[int]", [], "Counts, each held for `every` rounds (overrides step)."),
     "step": Field("int", 1, "Actors added or removed at each step.", min=0),
     "every": Field("int", 5, "Rounds per step.", min=1),
+    "at": Field("list[float]", [], "Fractions of stop.budget_usd spent at which the next of "
+                "`steps` starts (one fewer than steps, rising, each in (0, 1)); replaces "
+                "every. A schedule in dollars, not rounds."),
 }
 
 CRITICAL_BATCH_CONFIG = {
@@ -225,8 +228,8 @@ PLUGINS = [
            "actors.max when the gradient noise scale jumps (z-score), else actors.min.",
            config=GNS_SCALER_CONFIG, validator=ADAPTIVE),
     Plugin("schedule", "scaler", "plugins.scalers.schedules:ScheduleScaler",
-           "Ascending or descending step schedule.", config=SCHEDULE_CONFIG,
-           validator=ADAPTIVE),
+           "Ascending or descending step schedule, in rounds or in budget spent.",
+           config=SCHEDULE_CONFIG, validator="plugins.scalers.validation:validate_schedule"),
     Plugin("reward_slope", "scaler", "plugins.scalers.reward:RewardSlopeScaler",
            "More actors while the return is flat, fewer while it climbs.", validator=ADAPTIVE,
            config=REWARD_SLOPE_CONFIG),

@@ -63,7 +63,9 @@ class RandomScaler(Scaler):
 class ScheduleScaler(Scaler):
     """Step schedule. ``steps`` (a list of counts, each held ``every`` rounds, the last one
     kept), or ``step`` actors more (ascend, from N_min) or fewer (descend, from N_max) every
-    ``every`` rounds."""
+    ``every`` rounds. With ``at`` the steps change with the share of the budget spent instead:
+    a budgeted run's rounds have no known count, its dollars do, so a schedule meant to follow
+    what each fixed count does best at a given spend is written in dollars."""
 
     adaptive = False
 
@@ -74,8 +76,12 @@ class ScheduleScaler(Scaler):
         self.steps = [int(s) for s in cfg["steps"]]
         self.step = int(cfg["step"])
         self.every = int(cfg["every"])
+        self.at = [float(x) for x in cfg["at"]]
+        self.budget = ctx.plan.get("stop", {}).get("budget_usd") if self.at else None
 
     def choose(self, ctx: ScaleContext) -> int:
+        if self.at:
+            return self._by_spend(ctx)
         index = ctx.round // self.every  # round ctx.round + 1 is the next one
         if self.steps:
             ordered = sorted(self.steps, reverse=self.direction == "descend")
@@ -86,6 +92,15 @@ class ScheduleScaler(Scaler):
             n = ctx.n_max - index * self.step
         self.last_detail = {"index": float(index)}
         return n
+
+    def _by_spend(self, ctx: ScaleContext) -> int:
+        """The count whose share of the budget the run is in, read from what it has left
+        (the plan validator made sure there is a budget)."""
+        left = ctx.budget_left_usd
+        spent = 0.0 if left is None or not self.budget else 1.0 - left / float(self.budget)
+        index = sum(spent >= x for x in self.at)
+        self.last_detail = {"index": float(index), "spent_share": spent}
+        return self.steps[index]
 
 
 class HydrozoaScaler(Scaler):
