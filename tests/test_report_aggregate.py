@@ -251,6 +251,36 @@ def test_boost_front_measures_the_stored_studies(tmp_path: Path,
     assert (tmp_path / "figures" / "task" / "front_gap_vs_dollars.png").is_file()
 
 
+def test_boost_intervals_sets_a_t_interval_beside_the_bootstrap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The t quantile matches the table at its end and the expansion beyond it; the intervals
+    are recomputed from the stored per-seed differences; a study's rows pair by seed."""
+    import boost_intervals as bi
+    import common
+
+    assert bi.t975(30) == 2.042 and bi.t975(31) == pytest.approx(2.0395, abs=5e-4)
+    assert bi.t975(120) == pytest.approx(1.9799, abs=5e-4)
+    with pytest.raises(ValueError, match="at least 1"):
+        bi.t975(0)
+    # differences 1, 2, 3, 4 (mean 2.5, sd 1.291): t3 = 3.182, half-width 3.182 * 0.6455
+    lo, hi = bi.t_interval([1.0, 2.0, 3.0, 4.0])
+    assert (lo, hi) == pytest.approx((2.5 - 2.0540, 2.5 + 2.0540), abs=1e-3)
+    monkeypatch.setattr(common, "RESULTS", tmp_path)
+    rows = [{"setting": s, "seed": seed, "m": v} for s, seed, v in
+            [("a", 1, 5.0), ("a", 2, 6.0), ("a", 3, None), ("b", 1, 4.0), ("b", 2, 3.0),
+             ("b", 3, 1.0), ("a", 4, 9.0)]]
+    (tmp_path / "study.json").write_text(json.dumps({"rows": rows}))
+    assert bi.differences("study", "a", "b", "m") == [{"seed": 1, "diff": 1.0},
+                                                      {"seed": 2, "diff": 3.0}]
+    monkeypatch.setattr(bi, "COMPARISONS", (("study", "a", "b", "m", "placebo"),))
+    assert bi.main() == 0
+    data = json.loads((tmp_path / "boost_intervals.json").read_text())
+    assert bi.render(data) == data["markdown"]
+    # mean 2, t1 = 12.706 x sd 1.414 / sqrt 2 = 12.706: [-10.706, +14.706]
+    assert "| placebo | study | a − b | m | 2 | +2.0 | [+1.0, +3.0] * |" in data["markdown"]
+    assert "[-10.7, +14.7] |" in data["markdown"]
+
+
 def test_plain_run_dirs_group_by_parent_and_bad_baseline(tmp_path: Path) -> None:
     a = write_run(tmp_path / "fixed" / "s1", scaler="fixed", seed=1, slope=1.0)
     b = write_run(tmp_path / "fixed" / "s2", scaler="fixed", seed=2, slope=2.0)

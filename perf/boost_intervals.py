@@ -1,0 +1,143 @@
+"""How wide is a 95 % interval over ten seeds? A placebo, and the verdicts checked both ways.
+
+Every paired difference on docs/boosting.md carries a percentile-bootstrap interval over the
+seeds (``nitro report``'s). With ten seeds that interval is known to be narrower than its
+nominal level: it resamples the ten values themselves, so it has no room for the tails the
+t distribution gives a mean of ten. This measures how much that matters here.
+
+The placebo: a spend schedule (``spend2to8``, ``spend4to8``) runs its first count exactly as
+the fixed count does until its first switch, so anything decided before the switch (the cost,
+simulated time and env steps to the target return, reached long before it) differs from that
+fixed count's runs only by chance: here, by float rounding on another machine, which the
+dynamics amplify within a few rounds. An interval that excludes zero on such a difference is a
+false alarm. The verdicts: the paired differences the page's conclusions rest on, with the
+percentile interval beside a Student t interval on the same differences.
+
+    .venv/bin/python perf/boost_intervals.py
+
+Nothing is run: the differences come from the per-seed rows the studies stored in
+``perf/results/boost_*.json`` (so adding seeds there and rerunning this updates it); the rows
+kept in ``perf/results/boost_intervals.json`` are the per-seed differences, and perf/RESULTS.md's
+section is recomputed from them by ``render``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import common as c
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from plugins.experiments import aggregate as agg  # noqa: E402
+
+#: (study result, setting, baseline, metric, kind). ``placebo``: the two settings run the same
+#: process for everything the metric measures; ``verdict``: a difference a conclusion rests on.
+COMPARISONS = (
+    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "cost_to_target_usd", "placebo"),
+    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "sim_time_to_target_s", "placebo"),
+    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "env_steps_to_target", "placebo"),
+    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "cost_to_target_usd", "placebo"),
+    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "sim_time_to_target_s", "placebo"),
+    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "env_steps_to_target", "placebo"),
+    ("boost_hopper_gpu_model", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
+    ("boost_hopper_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd", "verdict"),
+    ("boost_hopper_gpu_model", "spend4to8", "fixed8", "final_eval_return", "verdict"),
+    ("boost_hopper_gpu_model", "decay_only", "fixed8", "final_eval_return", "verdict"),
+    ("boost_walker2d_gpu_model_cuda", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
+    ("boost_walker2d_gpu_model_cuda", "anchored8_p4", "fixed8", "cost_to_target_usd",
+     "verdict"),
+    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed8", "final_eval_return", "verdict"),
+    ("boost_humanoid_gpu_model", "anchored8_p4", "fixed4", "final_eval_return", "verdict"),
+    ("boost_humanoid_gpu_model", "fixed8", "fixed4", "final_eval_return", "verdict"),
+    ("boost_humanoid_gpu_model", "fixed2", "fixed4", "final_eval_return", "verdict"),
+    ("boost_halfcheetah_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd", "verdict"),
+    ("boost_ant_gpu_model", "anchored8_p4", "fixed16", "final_eval_return", "verdict"),
+)
+
+#: Student t's 0.975 quantile for 1-30 degrees of freedom (the usual table, 3 decimals).
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student t's 0.975 quantile: the table to 30 degrees of freedom, beyond it the
+    Cornish-Fisher expansion around the normal's 1.96 (within 0.001 of the exact value)."""
+    if df < 1:
+        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
+
+
+def t_interval(diffs: list[float]) -> tuple[float, float] | None:
+    """Student t 95 % interval of the mean (None below two values)."""
+    x = np.asarray(diffs, dtype=float)
+    if x.size < 2:
+        return None
+    half = t975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
+    return float(x.mean()) - half, float(x.mean()) + half
+
+
+def differences(study: str, setting: str, baseline: str, metric: str
+                ) -> list[dict[str, Any]]:
+    """Per seed, ``setting`` minus ``baseline`` in ``metric``, over the seeds both have."""
+    rows = json.loads((c.RESULTS / f"{study}.json").read_text())["rows"]
+    theirs = {r["seed"]: r.get(metric) for r in rows if r["setting"] == baseline}
+    return [{"seed": r["seed"], "diff": float(r[metric]) - float(theirs[r["seed"]])}
+            for r in rows if r["setting"] == setting and r.get(metric) is not None
+            and theirs.get(r["seed"]) is not None]
+
+
+def excludes_zero(ci: tuple[float, float] | None) -> bool:
+    return ci is not None and (ci[0] > 0 or ci[1] < 0)
+
+
+def render(data: dict[str, Any]) -> str:
+    """The two intervals of every comparison, recomputed from the stored differences."""
+    def num(v: float) -> str:
+        return f"{v:+.5f}" if abs(v) < 0.1 else f"{v:+,.1f}"
+
+    lines = ["| kind | study | setting − baseline | metric | seeds | mean | percentile bootstrap "
+             "[95 %] | Student t [95 %] |", "|---|---|---|---|---:|---:|---:|---:|"]
+    for comp in data["comparisons"]:
+        diffs = [r["diff"] for r in data["rows"] if r["comparison"] == comp["id"]]
+        if len(diffs) < 2:
+            continue
+        cells = []
+        for ci in (agg.bootstrap_ci(diffs), t_interval(diffs)):
+            assert ci is not None
+            mark = " *" if excludes_zero(ci) else ""
+            cells.append(f"[{num(ci[0])}, {num(ci[1])}]{mark}")
+        lines.append(f"| {comp['kind']} | {comp['study']} | {comp['setting']} − "
+                     f"{comp['baseline']} | {comp['metric']} | {len(diffs)} | "
+                     f"{num(float(np.mean(diffs)))} | {cells[0]} | {cells[1]} |")
+    lines.append("")
+    lines.append("`*`: the interval excludes zero. A placebo's difference is chance alone.")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    comparisons, rows = [], []
+    for i, (study, setting, baseline, metric, kind) in enumerate(COMPARISONS):
+        comparisons.append({"id": i, "study": study, "setting": setting, "baseline": baseline,
+                            "metric": metric, "kind": kind})
+        rows += [{"comparison": i, **d} for d in differences(study, setting, baseline, metric)]
+    data = {"title": "Ten-seed intervals: a placebo, and the verdicts by percentile bootstrap "
+                     "and by Student t", "comparisons": comparisons, "rows": rows}
+    text = render(data)
+    c.write_result("boost_intervals", {**data, "markdown": text})
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
