@@ -24,7 +24,6 @@ section is recomputed from them by ``render``.
 from __future__ import annotations
 
 import json
-import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -61,32 +60,6 @@ COMPARISONS = (
     ("boost_ant_gpu_model", "anchored8_p4", "fixed16", "final_eval_return", "verdict"),
 )
 
-#: Student t's 0.975 quantile for 1-30 degrees of freedom (the usual table, 3 decimals).
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
-        2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
-        2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-
-
-def t975(df: int) -> float:
-    """Student t's 0.975 quantile: the table to 30 degrees of freedom, beyond it the
-    Cornish-Fisher expansion around the normal's 1.96 (within 0.001 of the exact value)."""
-    if df < 1:
-        raise ValueError(f"degrees of freedom must be at least 1, got {df}")
-    if df <= len(T975):
-        return T975[df - 1]
-    z = 1.959964
-    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df ** 2)
-
-
-def t_interval(diffs: list[float]) -> tuple[float, float] | None:
-    """Student t 95 % interval of the mean (None below two values)."""
-    x = np.asarray(diffs, dtype=float)
-    if x.size < 2:
-        return None
-    half = t975(x.size - 1) * float(x.std(ddof=1)) / math.sqrt(x.size)
-    return float(x.mean()) - half, float(x.mean()) + half
-
-
 def differences(study: str, setting: str, baseline: str, metric: str
                 ) -> list[dict[str, Any]]:
     """Per seed, ``setting`` minus ``baseline`` in ``metric``, over the seeds both have."""
@@ -113,7 +86,7 @@ def render(data: dict[str, Any]) -> str:
         if len(diffs) < 2:
             continue
         cells = []
-        for ci in (agg.bootstrap_ci(diffs), t_interval(diffs)):
+        for ci in (agg.bootstrap_ci(diffs), agg.t_interval(diffs)):
             assert ci is not None
             mark = " *" if excludes_zero(ci) else ""
             cells.append(f"[{num(ci[0])}, {num(ci[1])}]{mark}")

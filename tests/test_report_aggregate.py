@@ -89,6 +89,8 @@ def test_iqm_and_bootstrap_match_their_definitions() -> None:
     diff = paired(rows, base, "v")
     assert diff["seeds"] == [1, 2] and diff["mean"] == pytest.approx(5.0)
     assert diff["mean_ci"] == pytest.approx((4.0, 6.0))
+    # differences 6 and 4: sd 1.414, t1 = 12.706, half-width 12.706 x 1.414 / sqrt 2
+    assert diff["mean_ci_t"] == pytest.approx((5.0 - 12.706, 5.0 + 12.706))
 
 
 def test_evaluation_at_stop_is_the_last_point(tmp_path: Path) -> None:
@@ -134,7 +136,10 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     d = nitro["vs_baseline"]["final_eval_return"]
     assert d["n"] == 4 and d["mean"] == pytest.approx(np.mean([50, 40, 50, 30]))
     assert d["mean_ci"][0] > 0  # every seed gained: the interval excludes zero
+    # differences 50, 40, 50, 30: mean 42.5, sd 9.574, t3 = 3.182 -> half-width 15.23
+    assert d["mean_ci_t"] == pytest.approx((42.5 - 15.23, 42.5 + 15.23), abs=0.01)
     assert "Paired by seed, setting − fixed16" in proc.stdout
+    assert "| nitro | 4 | +42.5 [" in proc.stdout and "| [+27.3, +57.7] |" in proc.stdout
     for name in ("bands_return_vs_env_steps", "bands_return_vs_cost",
                  "bands_return_vs_sim_time", "final_eval_by_setting"):
         assert (tmp_path / "figs" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
@@ -258,12 +263,14 @@ def test_boost_intervals_sets_a_t_interval_beside_the_bootstrap(
     import boost_intervals as bi
     import common
 
-    assert bi.t975(30) == 2.042 and bi.t975(31) == pytest.approx(2.0395, abs=5e-4)
-    assert bi.t975(120) == pytest.approx(1.9799, abs=5e-4)
+    from plugins.experiments import aggregate as agg
+
+    assert agg.t975(30) == 2.042 and agg.t975(31) == pytest.approx(2.0395, abs=5e-4)
+    assert agg.t975(120) == pytest.approx(1.9799, abs=5e-4)
     with pytest.raises(ValueError, match="at least 1"):
-        bi.t975(0)
+        agg.t975(0)
     # differences 1, 2, 3, 4 (mean 2.5, sd 1.291): t3 = 3.182, half-width 3.182 * 0.6455
-    lo, hi = bi.t_interval([1.0, 2.0, 3.0, 4.0])
+    lo, hi = agg.t_interval([1.0, 2.0, 3.0, 4.0])
     assert (lo, hi) == pytest.approx((2.5 - 2.0540, 2.5 + 2.0540), abs=1e-3)
     monkeypatch.setattr(common, "RESULTS", tmp_path)
     rows = [{"setting": s, "seed": seed, "m": v} for s, seed, v in
