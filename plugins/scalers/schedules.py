@@ -77,7 +77,7 @@ class ScheduleScaler(Scaler):
         self.step = int(cfg["step"])
         self.every = int(cfg["every"])
         self.at = [float(x) for x in cfg["at"]]
-        self.budget = ctx.plan.get("stop", {}).get("budget_usd") if self.at else None
+        self.budget = ctx.plan["stop"]["budget_usd"] if self.at else None
 
     def choose(self, ctx: ScaleContext) -> int:
         if self.at:

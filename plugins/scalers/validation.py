@@ -42,22 +42,22 @@ def validate_schedule(section: dict[str, Any], plan: dict[str, Any]) -> None:
     fraction fewer than counts, rising within (0, 1): a wrong length or order would silently
     run another schedule than the one written."""
     validate_adaptive(section, plan)
-    at = [float(x) for x in section.get("at") or []]
+    at = [float(x) for x in section["at"]]
     if not at:
         return
     from kernel.schema import PlanError
 
-    steps = section.get("steps") or []
+    steps = section["steps"]
     if len(at) != len(steps) - 1:
         raise PlanError("scaler.at", f"one fraction fewer than scaler.steps ({len(steps)} "
                         f"counts, so {max(0, len(steps) - 1)} fractions)", at,
                         note="each fraction starts the next count")
     if any(not 0.0 < x < 1.0 for x in at) or any(b <= a for a, b in zip(at, at[1:], strict=False)):
         raise PlanError("scaler.at", "rising fractions of the budget, each in (0, 1)", at)
-    if section.get("direction", "ascend") == "descend":
+    if section["direction"] == "descend":
         raise PlanError("scaler.direction", "'ascend' with scaler.at (steps run in the "
                         "order written)", "descend")
-    if plan["stop"].get("budget_usd") is None:
+    if plan["stop"]["budget_usd"] is None:
         raise PlanError("stop.budget_usd", "a budget for scaler.at to be a fraction of",
                         note="set stop.budget_usd, or schedule in rounds with scaler.every")
 
