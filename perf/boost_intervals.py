@@ -57,7 +57,7 @@ COMPARISONS = (
     ("boost_humanoid_gpu_model", "fixed8", "fixed4", "final_eval_return", "verdict"),
     ("boost_humanoid_gpu_model", "fixed2", "fixed4", "final_eval_return", "verdict"),
     ("boost_halfcheetah_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd", "verdict"),
-    ("boost_ant_gpu_model", "anchored8_p4", "fixed16", "final_eval_return", "verdict"),
+    ("boost_ant_gpu_model", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
 )
 
 def differences(study: str, setting: str, baseline: str, metric: str
