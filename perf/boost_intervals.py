@@ -36,38 +36,38 @@ sys.path.insert(0, str(ROOT))
 
 from plugins.experiments import aggregate as agg  # noqa: E402
 
+#: What a spend schedule does before its first switch, reached by then in every seed: the
+#: cost, simulated time and env steps to the study's target return.
+TO_TARGET = ("cost_to_target_usd", "sim_time_to_target_s", "env_steps_to_target")
+WALKER, HOPPER = "boost_walker2d_gpu_model_cuda", "boost_hopper_gpu_model"
 #: (study result, setting, baseline, metric, kind). ``placebo``: the two settings run the same
 #: process for everything the metric measures; ``verdict``: a difference a conclusion rests on.
 COMPARISONS = (
-    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "cost_to_target_usd", "placebo"),
-    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "sim_time_to_target_s", "placebo"),
-    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed2", "env_steps_to_target", "placebo"),
-    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "cost_to_target_usd", "placebo"),
-    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "sim_time_to_target_s", "placebo"),
-    ("boost_hopper_gpu_model", "spend4to8", "fixed4", "env_steps_to_target", "placebo"),
-    ("boost_hopper_gpu_model", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
-    ("boost_hopper_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd", "verdict"),
-    ("boost_hopper_gpu_model", "spend4to8", "fixed8", "final_eval_return", "verdict"),
-    ("boost_hopper_gpu_model", "decay_only", "fixed8", "final_eval_return", "verdict"),
-    ("boost_walker2d_gpu_model_cuda", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
-    ("boost_walker2d_gpu_model_cuda", "anchored8_p4", "fixed8", "cost_to_target_usd",
-     "verdict"),
-    ("boost_walker2d_gpu_model_cuda", "spend2to8", "fixed8", "final_eval_return", "verdict"),
-    ("boost_humanoid_gpu_model", "anchored8_p4", "fixed4", "final_eval_return", "verdict"),
-    ("boost_humanoid_gpu_model", "fixed8", "fixed4", "final_eval_return", "verdict"),
-    ("boost_humanoid_gpu_model", "fixed2", "fixed4", "final_eval_return", "verdict"),
-    ("boost_halfcheetah_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd", "verdict"),
-    ("boost_ant_gpu_model", "anchored8_p4", "fixed8", "final_eval_return", "verdict"),
+    *((WALKER, "spend2to8", "fixed2", m, "placebo") for m in TO_TARGET),
+    *((HOPPER, "spend4to8", "fixed4", m, "placebo") for m in TO_TARGET),
+    *((study, setting, baseline, metric, "verdict") for study, setting, baseline, metric in (
+        (HOPPER, "anchored8_p4", "fixed8", "final_eval_return"),
+        (HOPPER, "anchored8_p4", "fixed8", "cost_to_target_usd"),
+        (HOPPER, "spend4to8", "fixed8", "final_eval_return"),
+        (HOPPER, "decay_only", "fixed8", "final_eval_return"),
+        (WALKER, "anchored8_p4", "fixed8", "final_eval_return"),
+        (WALKER, "anchored8_p4", "fixed8", "cost_to_target_usd"),
+        (WALKER, "spend2to8", "fixed8", "final_eval_return"),
+        ("boost_humanoid_gpu_model", "anchored8_p4", "fixed4", "final_eval_return"),
+        ("boost_humanoid_gpu_model", "fixed8", "fixed4", "final_eval_return"),
+        ("boost_humanoid_gpu_model", "fixed2", "fixed4", "final_eval_return"),
+        ("boost_halfcheetah_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd"),
+        ("boost_ant_gpu_model", "anchored8_p4", "fixed8", "final_eval_return"))),
 )
+
 
 def differences(study: str, setting: str, baseline: str, metric: str
                 ) -> list[dict[str, Any]]:
     """Per seed, ``setting`` minus ``baseline`` in ``metric``, over the seeds both have."""
     rows = json.loads((c.RESULTS / f"{study}.json").read_text())["rows"]
-    theirs = {r["seed"]: r.get(metric) for r in rows if r["setting"] == baseline}
-    return [{"seed": r["seed"], "diff": float(r[metric]) - float(theirs[r["seed"]])}
-            for r in rows if r["setting"] == setting and r.get(metric) is not None
-            and theirs.get(r["seed"]) is not None]
+    pairs = agg.seed_differences([r for r in rows if r["setting"] == setting],
+                                 [r for r in rows if r["setting"] == baseline], metric)
+    return [{"seed": seed, "diff": diff} for seed, diff in pairs]
 
 
 def excludes_zero(ci: tuple[float, float] | None) -> bool:

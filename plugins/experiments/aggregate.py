@@ -218,12 +218,18 @@ def describe(values: Sequence[float | None]) -> dict[str, Any]:
             "iqm": float(iqm(np.sort(np.asarray(vals)))), "iqm_ci": bootstrap_ci(vals, "iqm")}
 
 
+def seed_differences(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
+                     metric: str) -> list[tuple[Any, float]]:
+    """(seed, setting - baseline) for each seed both have a value of ``metric`` for."""
+    theirs = {r["seed"]: r.get(metric) for r in base if r.get(metric) is not None}
+    return [(r["seed"], float(r[metric]) - float(theirs[r["seed"]])) for r in rows
+            if r.get(metric) is not None and r["seed"] in theirs]
+
+
 def paired(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
            metric: str) -> dict[str, Any]:
     """Mean of (setting - baseline) over the seeds both have a value for, with its interval."""
-    theirs = {r["seed"]: r.get(metric) for r in base if r.get(metric) is not None}
-    pairs = [(r["seed"], float(r[metric]) - float(theirs[r["seed"]])) for r in rows
-             if r.get(metric) is not None and r["seed"] in theirs]
+    pairs = seed_differences(rows, base, metric)
     diffs = [d for _, d in pairs]
     return {"n": len(diffs), "seeds": [s for s, _ in pairs],
             "mean": float(np.mean(diffs)) if diffs else None,
