@@ -16,8 +16,12 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import structlog
+
 from kernel.registry import PluginError, Registry, default_registry
 from kernel.schema import Field, PlanError, did_you_mean, validate_table
+
+log = structlog.get_logger("kernel.plan")
 
 RUN = {
     "name": Field("str", "nitro", "Run name; the run directory is runs/<name>-<timestamp>."),
@@ -165,12 +169,18 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | Iterable[str]) -> None:
-    pairs: Iterable[tuple[list[str], Any]]
+def override_pairs(overrides: Mapping[str, Any] | Iterable[str]) -> list[tuple[list[str], Any]]:
+    """``--set`` strings or a ``{"key.path": value}`` mapping as (path, value) pairs."""
     if isinstance(overrides, Mapping):
-        pairs = [(k.split("."), v) for k, v in overrides.items()]
-    else:
-        pairs = [parse_override(item) for item in overrides]
+        return [(k.split("."), v) for k, v in overrides.items()]
+    return [parse_override(item) for item in overrides]
+
+
+def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | Iterable[str]) -> None:
+    apply_pairs(data, override_pairs(overrides))
+
+
+def apply_pairs(data: dict[str, Any], pairs: Iterable[tuple[list[str], Any]]) -> None:
     for path, value in pairs:
         node: Any = data
         for i, part in enumerate(path[:-1]):
@@ -209,8 +219,43 @@ def load_plan(
         raw = copy.deepcopy(dict(source))
     else:
         raw = read_toml(source)
-    apply_overrides(raw, overrides)
-    return validate_plan(raw, registry or default_registry())
+    registry = registry or default_registry()
+    pairs = override_pairs(overrides)
+    base = copy.deepcopy(raw)
+    apply_pairs(raw, pairs)
+    drop_replaced_plugin_keys(base, raw, [path for path, _ in pairs], registry)
+    return validate_plan(raw, registry)
+
+
+def drop_replaced_plugin_keys(base: Mapping[str, Any], raw: dict[str, Any],
+                              overridden: Iterable[list[str]], registry: Registry) -> list[str]:
+    """Where an override names another plugin for a section (``--set scaler.name=fixed`` on a
+    plan written for ``nitro``), drop the section's keys that came from the file and that
+    neither the section nor the new plugin declares: they configured the plugin it replaced,
+    so a grid over ``scaler.name`` runs on any plan. A key an override sets is never dropped
+    (an unknown one still fails validation, naming it). Returns the dropped key paths."""
+    explicit = {tuple(path) for path in overridden}
+    dropped: list[str] = []
+    for section, (core, kind, selector) in SECTIONS.items():
+        data, before = raw.get(section), base.get(section)
+        if kind is None or selector is None or not isinstance(data, dict):
+            continue
+        if (section,) in explicit:
+            continue  # the whole table was given: every key in it is explicit
+        if not isinstance(before, Mapping):
+            before = {}
+        default = core[selector].default
+        name, old = data.get(selector, default), before.get(selector, default)
+        if name == old or not isinstance(name, str) or name not in registry.names(kind):
+            continue
+        known = set(core) | set(registry.get(kind, name).config)
+        for key in [k for k in data if k not in known and (section, k) not in explicit]:
+            del data[key]
+            dropped.append(f"{section}.{key}")
+    if dropped:
+        log.info("plan_keys_dropped", keys=dropped,
+                 reason="they configured the plugin an override replaced")
+    return dropped
 
 
 def validate_plan(raw: dict[str, Any], registry: Registry) -> dict[str, Any]:

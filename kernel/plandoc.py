@@ -12,7 +12,11 @@ A plan is a TOML file that declares a run. `python -m kernel validate PLAN` chec
 it resolved (every default filled); `--set key.path=value` overrides any key with a TOML value
 (`--set stop.max_env_steps=150000`, `--set env.id=Acrobot-v1`, `--set probes.0.every=2`).
 A bad plan exits with status 2 and one line naming the key path, what was expected and what
-was found.
+was found. An override that names another plugin for a section (`--set scaler.name=fixed` on a
+plan written for `nitro`, `--set algo.name=impala` on one written for `ppo`) drops the keys the
+file gave that section which the new plugin does not declare, and logs them
+(`plan_keys_dropped`): they configured the plugin it replaced, so a grid over plugins runs on
+any plan. A key an override sets itself must fit the new plugin.
 
 This page is generated from the code (`python -m kernel plugins --markdown`); a test keeps it
 current. Keys a plugin adds are listed under the plugin, and are valid in the section that

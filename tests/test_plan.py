@@ -134,3 +134,52 @@ def test_without_probes_evaluation_is_not_every_round() -> None:
     """Ten eval episodes every round cost a small env more than its training."""
     plan = load_plan({"env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 30}})
     assert plan["probes"] == [{"name": "eval", "every": 10, "episodes": 10}]
+
+
+HOPPER_NITRO = ROOT / "plans" / "hopper-nitro.toml"
+
+
+def test_switching_a_plugin_by_override_drops_the_old_plugins_keys() -> None:
+    """A grid over ``scaler.name`` must run on a plan written for one scaler: the file's
+    ``rule`` and ``gain`` configured ``nitro``, and ``fixed`` has neither."""
+    plan = load_plan(HOPPER_NITRO, ["scaler.name=fixed"])
+    assert plan["scaler"] == {"name": "fixed", "count": None}
+    # Keys the new plugin also declares are kept: no_boost reads nitro's rule and gain.
+    kept = load_plan(HOPPER_NITRO, {"scaler.name": "no_boost"})["scaler"]
+    assert (kept["rule"], kept["gain"]) == ("anchored", 2.0)
+    # Another algorithm: PPO's clipping means nothing to IMPALA, the core keys stay.
+    algo = load_plan(HOPPER_NITRO, ["algo.name=impala"])["algo"]
+    assert "clip_coef" not in algo and algo["learning_rate"] == 3e-4
+
+
+@pytest.mark.parametrize(
+    ("source", "override", "path"),
+    [
+        # A key the override itself sets is never dropped: it must fit the new plugin.
+        (HOPPER_NITRO, {"scaler.name": "fixed", "scaler.gain": 3.0}, "scaler.gain"),
+        # A whole table given by override is explicit in every key.
+        (HOPPER_NITRO, ['scaler={name="fixed", gain=3.0}'], "scaler.gain"),
+        # Without a change of plugin, a key the plugin does not know is an error as before.
+        ({"env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 1},
+          "scaler": {"name": "fixed", "gain": 2.0}}, (), "scaler.gain"),
+        # Naming the plugin the file already names drops nothing.
+        ({"env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 1},
+          "scaler": {"name": "fixed", "gain": 2.0}}, ["scaler.name=fixed"], "scaler.gain"),
+    ],
+)
+def test_keys_that_do_not_fit_still_fail(source: object, override: object, path: str) -> None:
+    with pytest.raises(PlanError) as info:
+        load_plan(source, override)  # type: ignore[arg-type]
+    assert str(info.value).startswith(path), str(info.value)
+
+
+def test_the_readme_sweep_over_scalers_validates(tmp_path: Path) -> None:
+    result = run_cli("sweep", str(HOPPER_NITRO), "--seeds", "1-2", "--out", str(tmp_path / "s"),
+                     "--grid", "setting=fixed8:scaler.name=fixed;nitro:scaler.name=nitro",
+                     "--dry-run")
+    assert result.returncode == 0, result.stderr
+    issue = run_cli("sweep", str(HOPPER_NITRO), "--seeds", "1-2", "--out", str(tmp_path / "t"),
+                    "--grid", "scaler.name=nitro,decay_only,fixed,prototype,hydrozoa,kungfu",
+                    "--grid", "actors.count=4,8", "--dry-run")
+    assert issue.returncode == 0, issue.stderr
+    assert "24 runs" in issue.stdout
