@@ -300,7 +300,7 @@ def run_protocol(p: Protocol, args: argparse.Namespace, out: Path) -> list[dict[
                               "target": target, **seed_row(g.label, rebilled(run), target)}
                              for g in groups for run in g.runs]
             if args.figures and groups:
-                band_figures(groups, sweep_dir / "report")
+                band_figures(groups, sweep_dir / "report", c.STUDY_INTERVAL)
                 front_report(groups, sweep_dir / "report")
     return rows
 
@@ -311,7 +311,7 @@ def front_report(groups: list[Group], out: Path) -> None:
     front = [g.label for g in groups if g.label.startswith("fixed")]
     if not front or len(front) == len(groups):
         return
-    found = fronts(groups, front)
+    found = fronts(groups, front, c.STUDY_INTERVAL)
     text = front_markdown(found)
     if not text:
         return
@@ -374,7 +374,7 @@ def render(data: dict[str, Any]) -> str:
             labels = list(dict.fromkeys(r["setting"] for r in mine))
             base = data.get("baseline") if data.get("baseline") in labels else None
             target = mine[0].get("target")
-            summary = summarize(mine, labels, target, base)
+            summary = summarize(mine, labels, target, base, c.STUDY_INTERVAL)
             parts.append(f"### {task}, cost model `{cost}`"
                          + (f", target return {target:g}" if target is not None else "")
                          + f"\n\n{markdown(summary)}")

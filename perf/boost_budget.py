@@ -566,7 +566,8 @@ def render(data: dict[str, Any]) -> str:
     """The section of perf/RESULTS.md, recomputed from the stored per-seed rows."""
     rows = data["rows"]
     labels = list(dict.fromkeys(r["setting"] for r in rows))
-    result = agg.summarize(rows, labels, data.get("target"), data.get("baseline"))
+    result = agg.summarize(rows, labels, data.get("target"), data.get("baseline"),
+                           c.STUDY_INTERVAL)
     parts = [agg.markdown(result), spend_line(rows)]
     if data.get("probe_cost"):
         parts.append(probe_table(data["probe_cost"]))
@@ -578,7 +579,7 @@ def collect(args: argparse.Namespace) -> int:
     dirs = sorted(p.parent for p in stored.glob("*/seed-*/summary.json"))
     name = result_name(args)
     groups = [g for g in agg.merge(agg.group_runs(dirs, "parent")) if g.runs]
-    result = agg.aggregate(groups, args.target, args.baseline)
+    result = agg.aggregate(groups, args.target, args.baseline, c.STUDY_INTERVAL)
     costs = probe_cost(dirs)
     table = "\n\n".join([agg.markdown(result), spend_line(result["rows"]), probe_table(costs)])
     if args.clock != "measured":
@@ -587,7 +588,7 @@ def collect(args: argparse.Namespace) -> int:
                  + (f", the learner's and the probe's replaced by those `perf/gpu_check.py` "
                     f"measured on a GPU (`perf/results/{GPU_CHECK.name}`)"
                     if args.clock == "model_cuda" else "") + ".\n\n" + table)
-    figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name)
+    figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name, c.STUDY_INTERVAL)
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
                  + CLOCK_TITLES[args.clock],
@@ -627,7 +628,7 @@ def doc_table(data: dict[str, Any], baselines: list[str]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|---" + "|---:" * (len(head) - 1) + "|"]
     for name in settings:
         mine = by[name]
-        final = agg.describe([r["final_eval_return"] for r in mine])
+        final = agg.describe([r["final_eval_return"] for r in mine], c.STUDY_INTERVAL)
         cells = [f"`{name}`", str(len(mine)), num(final["mean"]) + interval(final["mean_ci"]),
                  num(final["iqm"]), f"{np.mean([r['mean_actors'] for r in mine]):.1f}",
                  num(np.mean([r["env_steps"] for r in mine]))]
@@ -635,7 +636,7 @@ def doc_table(data: dict[str, Any], baselines: list[str]) -> str:
             if b == name or b not in by:
                 cells.append("—")
                 continue
-            d = agg.paired(mine, by[b], "final_eval_return")
+            d = agg.paired(mine, by[b], "final_eval_return", c.STUDY_INTERVAL)
             cells.append(num(d["mean"], True) + interval(d["mean_ci"], True))
         reached = [r["cost_to_target_usd"] for r in mine if r.get("cost_to_target_usd")]
         cells.append(f"{np.mean(reached):.4f} ({len(reached)})" if reached else "— (0)")
@@ -669,7 +670,7 @@ def pooled_difference(studies: list[dict[str, Any]], setting: str, baseline: str
         diffs += study
     if not diffs:
         return None
-    lo, hi = agg.bootstrap_ci(diffs) or (float("nan"), float("nan"))
+    lo, hi = agg.bootstrap_ci(diffs, interval=c.STUDY_INTERVAL) or (float("nan"), float("nan"))
     return {"setting": setting, "baseline": baseline, "seeds": len(diffs),
             "standardised": float(np.mean(diffs)), "interval": [lo, hi],
             "studies": per_study}

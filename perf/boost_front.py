@@ -90,7 +90,7 @@ def study_groups(study: Study) -> list[agg.Group]:
 
 def measure(study: Study) -> tuple[list[dict[str, Any]], list[Path]]:
     groups = study_groups(study)
-    found = agg.fronts(groups, study.front)
+    found = agg.fronts(groups, study.front, c.STUDY_INTERVAL)
     rows = [{"study": study.slug, "axis": axis, "setting": name, "seeds": gap["seeds"],
              **{key: gap[key] for key in KEPT}}
             for axis, by_setting in found.items() for name, gap in by_setting.items()]

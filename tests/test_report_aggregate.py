@@ -11,7 +11,16 @@ from typing import Any
 import numpy as np
 import pytest
 
-from plugins.experiments.aggregate import Group, bootstrap_ci, describe, front_gap, iqm, paired
+from plugins.experiments.aggregate import (
+    Group,
+    bootstrap_ci,
+    describe,
+    front_gap,
+    iqm,
+    paired,
+    t_interval,
+    tails,
+)
 from plugins.experiments.report import load_run
 from tests.conftest import run_cli
 
@@ -75,11 +84,20 @@ def test_iqm_and_bootstrap_match_their_definitions() -> None:
     assert iqm(x) == pytest.approx(5.5)
     assert iqm(np.array([0.0, 0.0, 1.0, 1000.0])) == pytest.approx(0.5)
     assert iqm(np.array([1.0, 2.0, 30.0])) == pytest.approx(11.0)  # below 4: the mean
-    ci = bootstrap_ci(list(x))
-    assert ci == bootstrap_ci(list(x))  # seeded
+    ci = bootstrap_ci(list(x), interval="percentile")
+    assert ci == bootstrap_ci(list(x), interval="percentile")  # seeded
     # The bootstrap distribution of the mean of 1..10 has sd ~ 2.87 / sqrt(10) = 0.91.
     assert ci[0] == pytest.approx(5.5 - 1.96 * 0.908, abs=0.15)
     assert ci[1] == pytest.approx(5.5 + 1.96 * 0.908, abs=0.15)
+    # Expanded (the default): read at Phi(-sqrt(10/9) t_9) = 0.86 % and 99.14 %, i.e. at
+    # 5.5 -+ 2.384 x 0.908, which for a symmetric sample is the Student t interval itself.
+    assert tails(10) == pytest.approx((0.856, 99.144), abs=0.002)
+    assert tails(10, "percentile") == pytest.approx((2.5, 97.5))
+    wide = bootstrap_ci(list(x))
+    assert wide == pytest.approx(t_interval(list(x)), abs=0.2)
+    assert wide[0] < ci[0] and wide[1] > ci[1]
+    with pytest.raises(ValueError, match="interval must be one of"):
+        tails(10, "bca")
     assert bootstrap_ci([3.0, 3.0, 3.0]) == (3.0, 3.0)
     assert bootstrap_ci([3.0]) is None
     d = describe([1.0, None, 3.0, float("nan")])
@@ -143,6 +161,17 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     for name in ("bands_return_vs_env_steps", "bands_return_vs_cost",
                  "bands_return_vs_sim_time", "final_eval_by_setting"):
         assert (tmp_path / "figs" / f"{name}.png").read_bytes()[:8] == PNG_MAGIC
+    # The plain percentile interval on request: the same bootstrap, read at 2.5 and 97.5 %,
+    # so narrower than the default expanded one, which the JSON names.
+    assert agg["bootstrap"]["interval"] == "expanded"
+    plain_json = tmp_path / "plain.json"
+    plain = run_cli("report", str(sweep), "--baseline", "fixed16", "--interval", "percentile",
+                    "--json", str(plain_json), "--no-figures", timeout=120)
+    assert plain.returncode == 0, plain.stderr[-2000:]
+    narrow = json.loads(plain_json.read_text())
+    assert narrow["bootstrap"]["interval"] == "percentile"
+    lo, hi = narrow["settings"]["nitro"]["vs_baseline"]["final_eval_return"]["mean_ci"]
+    assert d["mean_ci"][0] < lo and hi <= d["mean_ci"][1]  # 50 is the largest difference
 
 
 def front_groups(root: Path, settings: dict[str, tuple[dict[int, float], int]]) -> list[Group]:
@@ -284,8 +313,27 @@ def test_boost_intervals_sets_a_t_interval_beside_the_bootstrap(
     data = json.loads((tmp_path / "boost_intervals.json").read_text())
     assert bi.render(data) == data["markdown"]
     # mean 2, t1 = 12.706 x sd 1.414 / sqrt 2 = 12.706: [-10.706, +14.706]
-    assert "| placebo | study | a − b | m | 2 | +2.0 | [+1.0, +3.0] * |" in data["markdown"]
-    assert "[-10.7, +14.7] |" in data["markdown"]
+    # Two seeds: the expanded bootstrap reads the extremes, as the percentile one does.
+    assert "| placebo | study | a − b | m | 2 | +2.0 | [+1.0, +3.0] * | [+1.0, +3.0] * | " \
+        "[-10.7, +14.7] |" in data["markdown"]
+    assert data["coverage"] == []  # no equal-budget study stored: nothing to pool
+    # An equal-budget study: its pair of settings is audited and pooled for the coverage.
+    study = [{"setting": s, "seed": seed, "final_eval_return": v + (10.0 if s == "y" else 0.0)}
+             for s in ("x", "y") for seed, v in enumerate((1.0, 4.0, 2.0, 8.0, 5.0), 1)]
+    study[5]["final_eval_return"] += 3.0  # y - x: 13, 10, 10, 10, 10
+    (tmp_path / "boost_task_gpu_model.json").write_text(json.dumps({"rows": study}))
+    assert bi.audit_pairs() == [("boost_task_gpu_model", "y", "x")]
+    assert bi.main() == 0
+    data = json.loads((tmp_path / "boost_intervals.json").read_text())
+    assert bi.render(data) == data["markdown"]
+    assert data["pool_size"] == 5 and data["pool_pairs"] == 1
+    assert [cov["seeds"] for cov in data["coverage"]] == [5, 10]
+    assert "(1 paired differences of the final return): 1 exclude zero by the percentile " \
+        "bootstrap, 1 by the expanded bootstrap, 1 by Student t" in data["markdown"]
+    # The pool, centred and scaled, has mean zero: a t interval on draws from it covers
+    # zero about 95 % of the time (5 values, so its coverage is coarse).
+    t_share = data["coverage"][1]["covered"]["t"] / data["coverage"][1]["draws"]
+    assert 0.85 < t_share <= 1.0
 
 
 def test_plain_run_dirs_group_by_parent_and_bad_baseline(tmp_path: Path) -> None:
