@@ -157,6 +157,7 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     # differences 50, 40, 50, 30: mean 42.5, sd 9.574, t3 = 3.182 -> half-width 15.23
     assert d["mean_ci_t"] == pytest.approx((42.5 - 15.23, 42.5 + 15.23), abs=0.01)
     assert "Paired by seed, setting − fixed16" in proc.stdout
+    assert "bootstrap intervals at the expanded quantiles" in proc.stdout
     assert "| nitro | 4 | +42.5 [" in proc.stdout and "| [+27.3, +57.7] |" in proc.stdout
     for name in ("bands_return_vs_env_steps", "bands_return_vs_cost",
                  "bands_return_vs_sim_time", "final_eval_by_setting"):
@@ -170,6 +171,7 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     assert plain.returncode == 0, plain.stderr[-2000:]
     narrow = json.loads(plain_json.read_text())
     assert narrow["bootstrap"]["interval"] == "percentile"
+    assert "plain percentile-bootstrap intervals, narrower than 95 %" in plain.stdout
     lo, hi = narrow["settings"]["nitro"]["vs_baseline"]["final_eval_return"]["mean_ci"]
     assert d["mean_ci"][0] < lo and hi <= d["mean_ci"][1]  # 50 is the largest difference
 

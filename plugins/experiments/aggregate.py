@@ -340,6 +340,21 @@ def markdown(agg: dict[str, Any]) -> str:
     return text
 
 
+#: What the paired table says of its intervals, by how the bootstrap was read.
+INTERVAL_NOTES = {
+    "expanded": "bootstrap intervals at the expanded quantiles, near 95 % coverage at ten "
+                "seeds; the t interval beside them is the classical one",
+    "percentile": "plain percentile-bootstrap intervals, narrower than 95 % at a few seeds; "
+                  "the t interval beside them is the wider, honest one",
+}
+
+
+def _interval_of(agg: dict[str, Any]) -> str:
+    """The interval a result was made with (results stored before it was recorded used the
+    plain percentile one)."""
+    return str(agg.get("bootstrap", {}).get("interval", "percentile"))
+
+
 def _diff_table(agg: dict[str, Any]) -> str:
     shown = [m for m in DIFF_SHOWN if agg["target"] is not None or "to_target" not in m]
     final = "final_eval_return"
@@ -347,9 +362,8 @@ def _diff_table(agg: dict[str, Any]) -> str:
             f"Δ {METRICS[final][0]}, t [95% CI]",
             *(f"Δ {METRICS[m][0]} [95% CI]" for m in shown if m != final)]
     lines = [f"Paired by seed, setting − {agg['baseline']} (mean of the differences; "
-             "an interval that excludes 0 is a difference the seeds support; the t interval "
-             "beside the bootstrap's is the wider, honest one at a few seeds):", "",
-             _row(head), _rule(len(head))]
+             "an interval that excludes 0 is a difference the seeds support; "
+             f"{INTERVAL_NOTES[_interval_of(agg)]}):", "", _row(head), _rule(len(head))]
     for label, e in agg["settings"].items():
         if "vs_baseline" not in e:
             continue
