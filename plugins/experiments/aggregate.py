@@ -294,7 +294,8 @@ def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: flo
         settings[label] = entry
     return {"target": target, "baseline": baseline,
             "bootstrap": {"resamples": RESAMPLES, "level": LEVEL, "seed": BOOT_SEED,
-                          "method": f"{interval} percentile, seeds resampled with replacement",
+                          "method": ("expanded percentile" if interval == "expanded" else "percentile")
+                          + ", seeds resampled with replacement",
                           "interval": interval},
             "settings": settings, "rows": list(rows)}
 
