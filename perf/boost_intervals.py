@@ -24,8 +24,8 @@ the fixed count does until its first switch, so anything decided before the swit
 simulated time and env steps to the target return, reached long before it) differs from that
 fixed count's runs only by chance: here, by float rounding on another machine, which the
 dynamics amplify within a few rounds. An interval that excludes zero on such a difference is a
-false alarm. The verdicts: the paired differences the page's conclusions rest on, with the
-percentile interval beside a Student t interval on the same differences.
+false alarm. The verdicts: the paired differences the page's conclusions rest on, under the
+same three intervals.
 
     .venv/bin/python perf/boost_intervals.py
 
@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -91,7 +90,8 @@ def excludes_zero(ci: tuple[float, float] | None) -> bool:
 
 
 def render(data: dict[str, Any]) -> str:
-    """The two intervals of every comparison, recomputed from the stored differences."""
+    """The three intervals of every comparison, recomputed from the stored differences, and
+    the coverage table."""
     def num(v: float) -> str:
         return f"{v:+.5f}" if abs(v) < 0.1 else f"{v:+,.1f}"
 
@@ -155,16 +155,12 @@ def three_intervals(diffs: list[float]) -> list[tuple[float, float]]:
     return found  # type: ignore[return-value]
 
 
-#: The stored equal-budget studies (per-seed rows of one task, one protocol, one bill).
-BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda(_mb32)?)?)?")
-
-
 def audit_pairs() -> list[tuple[str, str, str]]:
     """(study, setting, baseline) for every pair of a study's settings with five seeds in
     common, each pair once (the later-named setting minus the earlier)."""
     pairs = []
     for path in sorted(c.RESULTS.glob("boost_*.json")):
-        if not BUDGET_STUDY.fullmatch(path.stem):
+        if not c.BUDGET_STUDY.fullmatch(path.stem):
             continue
         rows = json.loads(path.read_text())["rows"]
         seeds: dict[str, set[Any]] = {}

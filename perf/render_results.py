@@ -50,7 +50,6 @@ RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "boost_premise_walker2d": "boost_premise", "boost_front": "boost_front",
              "boost_intervals": "boost_intervals"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
-BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
 RAW_KEYS = ("rows", "results", "runs", "repeats")
 NOT_RECHECKABLE = ("**Not re-checkable until re-measured**: this file keeps only aggregates "
@@ -100,7 +99,7 @@ def renderer(name: str) -> str | None:
         return "spend_check"
     if BOOST_PROTOCOL.fullmatch(name):  # perf/boost.py, one result per protocol and clock
         return "boost"
-    return "boost_budget" if BUDGET_STUDY.fullmatch(name) else None
+    return "boost_budget" if c.BUDGET_STUDY.fullmatch(name) else None
 
 
 def body(name: str, data: dict[str, Any]) -> str:
