@@ -14,8 +14,10 @@ import pytest
 from plugins.experiments.aggregate import (
     Group,
     bootstrap_ci,
+    counterpart,
     describe,
     front_gap,
+    fronts,
     iqm,
     paired,
     t_interval,
@@ -174,6 +176,60 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     assert "plain percentile-bootstrap intervals, narrower than 95 %" in plain.stdout
     lo, hi = narrow["settings"]["nitro"]["vs_baseline"]["final_eval_return"]["mean_ci"]
     assert d["mean_ci"][0] < lo and hi <= d["mean_ci"][1]  # 50 is the largest difference
+
+
+def test_a_baseline_named_by_one_axis_pairs_within_the_others(tmp_path: Path) -> None:
+    # A grid of scalers x tasks: a return on task B says nothing against one on task A, so
+    # ``--baseline fixed8`` sets each setting beside fixed8 on its own task.
+    sweep = write_sweep(tmp_path / "sweep", {
+        "fixed8,env.id=A-v0": {1: 10.0, 2: 12.0, 3: 8.0},
+        "nitro,env.id=A-v0": {1: 15.0, 2: 16.0, 3: 13.0},   # +50, +40, +50 over fixed8 on A
+        "fixed8,env.id=B-v0": {1: 100.0, 2: 110.0, 3: 90.0},
+        "nitro,env.id=B-v0": {1: 90.0, 2: 100.0, 3: 85.0},  # -100, -100, -50 on B
+    })
+    out_json = tmp_path / "agg.json"
+    proc = run_cli("report", str(sweep), "--baseline", "fixed8", "--json", str(out_json),
+                   "--no-figures", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    settings = json.loads(out_json.read_text())["settings"]
+    a, b = settings["nitro,env.id=A-v0"], settings["nitro,env.id=B-v0"]
+    assert a["baseline"] == "fixed8,env.id=A-v0" and b["baseline"] == "fixed8,env.id=B-v0"
+    assert a["vs_baseline"]["final_eval_return"]["mean"] == pytest.approx(140 / 3)
+    assert b["vs_baseline"]["final_eval_return"]["mean"] == pytest.approx(-250 / 3)
+    assert "vs_baseline" not in settings["fixed8,env.id=B-v0"]  # a baseline of its own stratum
+    assert "setting − its counterpart under fixed8" in proc.stdout
+    assert "| nitro,env.id=B-v0 | fixed8,env.id=B-v0 | 3 | -83.3 [" in proc.stdout
+    # A whole label is still the one baseline of every setting, as the user asked.
+    proc = run_cli("report", str(sweep), "--baseline", "fixed8,env.id=A-v0", "--json",
+                   str(out_json), "--no-figures", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    settings = json.loads(out_json.read_text())["settings"]
+    assert {e.get("baseline") for e in settings.values()} == {None, "fixed8,env.id=A-v0"}
+    assert "setting − fixed8,env.id=A-v0 (mean" in proc.stdout
+    proc = run_cli("report", str(sweep), "--baseline", "fixed16", "--no-figures", timeout=120)
+    assert proc.returncode == 2 and "--baseline 'fixed16' is not a setting" in proc.stderr
+
+
+def test_a_front_named_by_one_axis_is_drawn_per_task(tmp_path: Path) -> None:
+    labels = ["fixed4,env.id=A-v0", "fixed8,env.id=A-v0", "nitro,env.id=A-v0",
+              "fixed8,env.id=B-v0", "nitro,env.id=B-v0", "x,[1, 2]"]
+    assert counterpart(labels, "nitro,env.id=B-v0", "fixed8") == "fixed8,env.id=B-v0"
+    assert counterpart(labels, "nitro,env.id=B-v0", "fixed4") is None  # not run on B
+    assert counterpart(labels, "nitro,env.id=B-v0", "env.id=A-v0") == "nitro,env.id=A-v0"
+    assert counterpart(labels, "x,[1, 2]", "x") == "x,[1, 2]"  # a TOML value keeps its comma
+    groups = front_groups(tmp_path, {
+        "fixed4,env.id=A-v0": ({1: 10.0, 2: 12.0}, 10), "fixed8,env.id=A-v0": ({1: 11.0, 2: 9.0}, 10),
+        "nitro,env.id=A-v0": ({1: 16.0, 2: 17.0}, 10),
+        "fixed4,env.id=B-v0": ({1: 100.0, 2: 120.0}, 10),
+        "fixed8,env.id=B-v0": ({1: 110.0, 2: 90.0}, 10),
+        "nitro,env.id=B-v0": ({1: 60.0, 2: 70.0}, 10)})
+    found = fronts(groups, ["fixed4", "fixed8"])["dollars"]
+    assert set(found) == {"nitro,env.id=A-v0", "nitro,env.id=B-v0"}
+    assert found["nitro,env.id=B-v0"]["front"] == ["fixed4,env.id=B-v0", "fixed8,env.id=B-v0"]
+    assert found["nitro,env.id=A-v0"]["mean_gap_ci"][0] > 0  # above its own task's front
+    assert found["nitro,env.id=B-v0"]["mean_gap_ci"][1] < 0  # below its own
+    with pytest.raises(ValueError, match="no setting named 'fixed16'"):
+        fronts(groups, ["fixed4", "fixed16"])
 
 
 def front_groups(root: Path, settings: dict[str, tuple[dict[int, float], int]]) -> list[Group]:

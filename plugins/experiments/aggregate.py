@@ -5,8 +5,11 @@ claim is a statement about a setting across seeds: its mean and its interquartil
 the mean of the middle half, robust to the one seed that collapsed or took off) with 95 %
 bootstrap intervals, and paired differences against a baseline setting over the seeds both ran
 (a seed's luck partly cancels in the difference), the final return's also with a Student t
-interval. The bootstrap is numpy only, seeded, 10,000 resamples, so the same rows always give
-the same intervals.
+interval. On a grid of several axes a baseline (and a front) may name the value of one axis
+only: each setting is then set beside the one that shares its values on every other axis, so
+a scaler on Walker2d is never measured against a baseline's Hopper runs (``counterpart``). The
+bootstrap is numpy only, seeded, 10,000 resamples, so the same rows always give the same
+intervals.
 
 Which quantiles of the bootstrap distribution make the interval (``interval``): the plain
 percentile interval (2.5 % and 97.5 %) resamples only the values seen, so at a few seeds it is
@@ -45,6 +48,7 @@ from plugins.experiments.report import (
     time_unit,
     usd_unit,
 )
+from plugins.experiments.sweep import split_top
 
 RESAMPLES = 10_000
 #: Resamples per point of a curve's band: a band is read by eye, and 2,000 draws put its edges
@@ -134,6 +138,49 @@ def merge(groups: Sequence[Group]) -> list[Group]:
                                  f"({run.path})")
             into.runs.append(run)
     return list(merged.values())
+
+
+# -- settings on a grid ------------------------------------------------------------------------
+
+
+def label_parts(label: str) -> list[str]:
+    """A setting's label as its grid axes' values: ``nitro sweep`` joins one value per axis
+    with ``,`` (a TOML value's own commas, inside brackets or quotes, stay in it)."""
+    return split_top(label, ",")
+
+
+def counterpart(labels: Sequence[str], label: str, spec: str) -> str | None:
+    """The setting that is ``label`` with the values ``spec`` names in place of its own on
+    their axes, or None where the grid holds no such setting.
+
+    A comparison on a grid of several axes is only fair within the values of the other axes:
+    against ``fixed8``, ``nitro,env.id=Walker2d-v5`` is set beside
+    ``fixed8,env.id=Walker2d-v5``, not beside the Hopper runs of ``fixed8``. A value's axis is
+    where it stands in the labels of ``label``'s shape (a sweep puts each axis in one place);
+    a ``spec`` that is a whole label is every same-shaped setting's counterpart."""
+    mine = label_parts(label)
+    shaped = [parts for parts in map(label_parts, labels) if len(parts) == len(mine)]
+    for value in label_parts(spec):
+        axis = next((i for parts in shaped for i, v in enumerate(parts) if v == value), None)
+        if axis is None:
+            return None
+        mine[axis] = value
+    joined = ",".join(mine)
+    return joined if joined in labels else None
+
+
+def baselines(labels: Sequence[str], spec: str) -> dict[str, str]:
+    """Each setting's baseline under ``--baseline spec``: its ``counterpart``, or ``spec``
+    itself where that is a setting of another shape. A baseline has none of its own."""
+    found = {}
+    for label in labels:
+        base = counterpart(labels, label, spec) or (spec if spec in labels else None)
+        if base is not None and base != label:
+            found[label] = base
+    if spec not in labels and not any(counterpart(labels, label, spec) for label in labels):
+        raise ValueError(f"--baseline {spec!r} is not a setting, nor the values of one on some "
+                         f"of the grid's axes (settings: {', '.join(labels)})")
+    return found
 
 
 # -- per-seed rows -----------------------------------------------------------------------------
@@ -274,9 +321,7 @@ def aggregate(groups: Sequence[Group], target: float | None = None,
 def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: float | None,
               baseline: str | None, interval: str = INTERVAL) -> dict[str, Any]:
     """Statistics from per-seed rows alone, so a stored result is re-rendered from its rows."""
-    if baseline is not None and baseline not in labels:
-        raise ValueError(f"--baseline {baseline!r} is not a setting (settings: "
-                         f"{', '.join(labels)})")
+    base_of = baselines(labels, baseline) if baseline is not None else {}
     metrics = [m for m in METRICS if target is not None or "to_target" not in m]
     settings: dict[str, Any] = {}
     for label in labels:
@@ -288,8 +333,9 @@ def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: flo
         }
         if target is not None:
             entry["reached_target"] = sum(bool(r.get("reached_target")) for r in mine)
-        if baseline is not None and label != baseline:
-            base = [r for r in rows if r["setting"] == baseline]
+        if label in base_of:
+            base = [r for r in rows if r["setting"] == base_of[label]]
+            entry["baseline"] = base_of[label]
             entry["vs_baseline"] = {m: paired(mine, base, m, interval) for m in metrics}
         settings[label] = entry
     return {"target": target, "baseline": baseline,
@@ -359,10 +405,16 @@ def _interval_of(agg: dict[str, Any]) -> str:
 def _diff_table(agg: dict[str, Any]) -> str:
     shown = [m for m in DIFF_SHOWN if agg["target"] is not None or "to_target" not in m]
     final = "final_eval_return"
-    head = ["setting", "pairs", f"Δ {METRICS[final][0]} [95% CI]",
-            f"Δ {METRICS[final][0]}, t [95% CI]",
+    # On a grid whose baseline names one axis's value, each row says which setting it is
+    # paired with (older stored results name none: all against the one baseline).
+    against = any(e.get("baseline", agg["baseline"]) != agg["baseline"]
+                  for e in agg["settings"].values())
+    head = ["setting", *(["against"] if against else []), "pairs",
+            f"Δ {METRICS[final][0]} [95% CI]", f"Δ {METRICS[final][0]}, t [95% CI]",
             *(f"Δ {METRICS[m][0]} [95% CI]" for m in shown if m != final)]
-    lines = [f"Paired by seed, setting − {agg['baseline']} (mean of the differences; "
+    whom = (f"its counterpart under {agg['baseline']} (the same values on the other axes)"
+            if against else agg["baseline"])
+    lines = [f"Paired by seed, setting − {whom} (mean of the differences; "
              "an interval that excludes 0 is a difference the seeds support; "
              f"{INTERVAL_NOTES[_interval_of(agg)]}):", "", _row(head), _rule(len(head))]
     for label, e in agg["settings"].items():
@@ -371,7 +423,8 @@ def _diff_table(agg: dict[str, Any]) -> str:
         d = e["vs_baseline"]
         spec = "+" + METRICS[final][1]
         ci_t = d[final].get("mean_ci_t")
-        lines.append(_row([label, str(d[final]["n"]), _cell(d[final], "mean", spec),
+        lines.append(_row([label, *([e["baseline"]] if against else []), str(d[final]["n"]),
+                           _cell(d[final], "mean", spec),
                            "-" if ci_t is None else
                            f"[{format(ci_t[0], spec)}, {format(ci_t[1], spec)}]",
                            *(_cell(d[m], "mean", "+" + METRICS[m][1]) + _pairs(d[m], d)
@@ -473,18 +526,38 @@ def fronts(groups: Sequence[Group], front: Sequence[str],
            interval: str = INTERVAL) -> dict[str, dict[str, Any]]:
     """``front_gap`` of every other setting against dollars (the axis an equal-budget claim
     is about) and time (the one boosting should save: simulated where the runs simulated the
-    cloud, else wall-clock): {axis: {setting: gap}}."""
+    cloud, else wall-clock): {axis: {setting: gap}}.
+
+    ``front`` names settings, or values of one axis of a grid: each setting is then measured
+    against the front its ``counterpart`` settings make (the same values on the other axes);
+    a setting whose counterparts are not all on the grid has no row."""
+    labels = [g.label for g in groups]
+    missing = [name for name in front
+               if not any(counterpart(labels, label, name) for label in labels)]
+    if missing:
+        raise ValueError(f"front: no setting named {', '.join(map(repr, missing))} "
+                         f"(settings: {', '.join(labels)})")
+    members = {label: [counterpart(labels, label, name) for name in front]
+               for label in labels}
+    compared = {label: [m for m in found if m is not None] for label, found in members.items()
+                if None not in found and label not in found}
     runs = [r for g in groups for r in g.runs]
     time_of, _, time_key = time_axis(runs)
     axes: dict[str, Callable[[RunData], Sequence[float]]] = {
         "dollars": lambda r: r.cost_usd, f"{time_key}_time": time_of}
-    others = [g.label for g in groups if g.label not in front]
     out: dict[str, dict[str, Any]] = {}
     for axis, xs_of in axes.items():
-        found = {name: front_gap(groups, front, name, xs_of, interval=interval)
-                 for name in others}
-        out[axis] = {name: gap for name, gap in found.items() if gap is not None}
+        out[axis] = {}
+        for label, its_front in compared.items():
+            gap = front_gap(groups, its_front, label, xs_of, interval=interval)
+            if gap is not None:
+                out[axis][label] = {**gap, "front_names": list(front)}
     return out
+
+
+def _front_names(gap: dict[str, Any]) -> list[str]:
+    """The front as the user named it (``fronts``), or its settings' labels."""
+    return list(gap.get("front_names", gap["front"]))
 
 
 def front_markdown(found: dict[str, dict[str, Any]]) -> str:
@@ -494,7 +567,7 @@ def front_markdown(found: dict[str, dict[str, Any]]) -> str:
     for axis, by_setting in found.items():
         if not by_setting:
             continue
-        front = next(iter(by_setting.values()))["front"]
+        front = _front_names(next(iter(by_setting.values())))
         lines += [f"Against the front of {', '.join(front)} in return against "
                   f"{AXIS_NAMES[axis]} (mean curve minus the best of their mean curves at "
                   "each point, seeds paired; share of the axis on or above the front, and "
@@ -502,7 +575,9 @@ def front_markdown(found: dict[str, dict[str, Any]]) -> str:
                   "", _row(["setting", "seeds", "mean gap [95% CI]", "on or above",
                             "above (CI)", "below (CI)", "front made by"]), _rule(7)]
         for name, g in by_setting.items():
-            made = ", ".join(f"{k} {v:.0%}" for k, v in g["front_share"].items() if v > 0)
+            made = ", ".join(f"{k} {v:.0%}" for k, v in
+                             zip(_front_names(g), g["front_share"].values(), strict=True)
+                             if v > 0)
             lines.append(_row([name, str(len(g["seeds"])),
                                _cell({"mean": g["mean_gap"], "mean_ci": g["mean_gap_ci"]},
                                      "mean", "+.1f"),
@@ -601,7 +676,7 @@ def front_figures(found: dict[str, dict[str, Any]], runs: Sequence[RunData],
         names = list(by_setting)
         if not names:
             continue
-        front = by_setting[names[0]]["front"]
+        front = _front_names(by_setting[names[0]])
         scale, xlabel = xlabels[axis]
         fig, ax = figure(f"Return minus the best of {', '.join(front)}\n(mean and 95 % "
                          "interval over paired seeds)")

@@ -103,12 +103,17 @@ def register(subparsers: Any) -> None:
                         help="aggregated: cost, simulated time and env steps to the first "
                              "evaluation at or above R")
     parser.add_argument("--baseline", metavar="SETTING",
-                        help="aggregated: paired differences (by seed) against this setting")
+                        help="aggregated: paired differences (by seed) against this setting; "
+                             "on a grid of several axes, a value of one axis (fixed8, "
+                             "env.id=Hopper-v5) pairs each setting with the one that has "
+                             "that value and its own values on the other axes")
     parser.add_argument("--front", type=_names, metavar="A,B,...",
                         help="aggregated: every other setting's mean curve against the "
                              "front (pointwise best) of these settings' mean curves, in "
                              "return against dollars and against simulated time: mean gap "
-                             "with its interval, seeds paired, and a figure of the gap")
+                             "with its interval, seeds paired, and a figure of the gap; on a "
+                             "grid of several axes, values of one axis: each setting against "
+                             "the front of its own values on the others")
     parser.add_argument("--json", metavar="FILE",
                         help="aggregated: write per-seed rows and statistics as JSON")
     parser.add_argument("--interval", choices=agg.INTERVALS, default=agg.INTERVAL,
