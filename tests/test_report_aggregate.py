@@ -208,6 +208,17 @@ def test_a_baseline_named_by_one_axis_pairs_within_the_others(tmp_path: Path) ->
     assert "setting − fixed8,env.id=A-v0 (mean" in proc.stdout
     proc = run_cli("report", str(sweep), "--baseline", "fixed16", "--no-figures", timeout=120)
     assert proc.returncode == 2 and "--baseline 'fixed16' is not a setting" in proc.stderr
+    # Returns of two tasks share no scale: one set of band figures per task.
+    for task in ("A-v0", "B-v0"):
+        for run_dir in sweep.glob(f"*env.id={task}/seed-*"):
+            plan = run_dir / "plan.toml"
+            plan.write_text(plan.read_text() + f'\n[env]\nid = "{task}"\n')
+    proc = run_cli("report", str(sweep), "--baseline", "fixed8", "--out",
+                   str(tmp_path / "figs"), timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    for task in ("A-v0", "B-v0"):
+        figure = tmp_path / "figs" / task / "bands_return_vs_cost.png"
+        assert figure.read_bytes()[:8] == PNG_MAGIC
 
 
 def test_a_front_named_by_one_axis_is_drawn_per_task(tmp_path: Path) -> None:

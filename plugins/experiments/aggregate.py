@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -620,10 +621,26 @@ def band(values: np.ndarray, resamples: int = BAND_RESAMPLES, seed: int = BOOT_S
     return mean, lo, hi
 
 
+def by_task(groups: Sequence[Group]) -> dict[str, list[Group]]:
+    """The settings per task (``env.id`` of their runs' plans; a setting whose runs differ in
+    it stands under ``mixed``): returns of different tasks share no scale."""
+    tasks: dict[str, list[Group]] = {}
+    for g in groups:
+        ids = {str(r.plan.get("env", {}).get("id", "")) for r in g.runs}
+        tasks.setdefault(ids.pop() if len(ids) == 1 else "mixed", []).append(g)
+    return tasks
+
+
 def band_figures(groups: Sequence[Group], out: Path,
                  interval: str = INTERVAL) -> list[Path]:
     """Eval return against env steps, dollars and simulated (or wall) time, one band per
-    setting, and the final evaluation of every seed per setting."""
+    setting, and the final evaluation of every seed per setting; a grid over several tasks
+    gets one set per task, in a folder named after it."""
+    tasks = by_task(groups)
+    if len(tasks) > 1:
+        return [path for task, mine in tasks.items()
+                for path in band_figures(mine, out / re.sub(r"[^A-Za-z0-9._-]", "_", task),
+                                         interval)]
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for g in groups for r in g.runs]
     if not any(v is not None for r in runs for v in r.eval_return):
