@@ -208,14 +208,32 @@ def test_a_baseline_named_by_one_axis_pairs_within_the_others(tmp_path: Path) ->
     assert "setting − fixed8,env.id=A-v0 (mean" in proc.stdout
     proc = run_cli("report", str(sweep), "--baseline", "fixed16", "--no-figures", timeout=120)
     assert proc.returncode == 2 and "--baseline 'fixed16' is not a setting" in proc.stderr
-    # Returns of two tasks share no scale: one set of band figures per task.
+    # Returns of two tasks share no scale: one set of band figures per task, and a target
+    # return per task (one target for both is named as a doubtful choice).
     for task in ("A-v0", "B-v0"):
         for run_dir in sweep.glob(f"*env.id={task}/seed-*"):
             plan = run_dir / "plan.toml"
             plan.write_text(plan.read_text() + f'\n[env]\nid = "{task}"\n')
+    proc = run_cli("report", str(sweep), "--baseline", "fixed8", "--target", "100",
+                   "--no-figures", timeout=120)
+    assert proc.returncode == 0 and "one --target for 2 tasks (A-v0, B-v0)" in proc.stdout
     proc = run_cli("report", str(sweep), "--baseline", "fixed8", "--out",
-                   str(tmp_path / "figs"), timeout=120)
+                   str(tmp_path / "figs"), "--target", "A-v0=100,B-v0=1000", "--json",
+                   str(out_json), timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "reached A-v0 100, B-v0 1000" in proc.stdout
+    found = json.loads(out_json.read_text())
+    rows = {(r["setting"], r["seed"]): r for r in found["rows"]}
+    assert rows[("nitro,env.id=A-v0", 1)]["target"] == 100.0
+    assert rows[("nitro,env.id=A-v0", 1)]["env_steps_to_target"] == 8000  # 120 at round 8
+    assert rows[("fixed8,env.id=B-v0", 1)]["env_steps_to_target"] == 10_000  # 1,001 at stop
+    assert found["settings"]["fixed8,env.id=B-v0"]["reached_target"] == 2  # 1,001 and 1,101
+    assert found["settings"]["nitro,env.id=B-v0"]["reached_target"] == 1  # 901, 1,001, 851
+    for bad in ("A-v0=x", "=100"):
+        proc = run_cli("report", str(sweep), "--target", bad, "--no-figures", timeout=120)
+        assert proc.returncode == 2 and "expected a return (1000) or env id=return" in proc.stderr
+    proc = run_cli("report", str(sweep), "--target", "C-v0=5", "--no-figures", timeout=120)
+    assert proc.returncode == 2 and "'C-v0', which no run trained on" in proc.stderr
     for task in ("A-v0", "B-v0"):
         figure = tmp_path / "figs" / task / "bands_return_vs_cost.png"
         assert figure.read_bytes()[:8] == PNG_MAGIC

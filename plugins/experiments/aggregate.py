@@ -186,8 +186,29 @@ def baselines(labels: Sequence[str], spec: str) -> dict[str, str]:
 
 # -- per-seed rows -----------------------------------------------------------------------------
 
+#: A target return: one for every run, or one per task (``env.id``) for a grid over tasks
+#: whose returns share no scale (Hopper's 1,000 is Swimmer's never).
+Target = float | dict[str, float] | None
 
-def seed_row(label: str, run: RunData, target: float | None) -> dict[str, Any]:
+
+def task_of(run: RunData) -> str:
+    """The run's ``env.id`` ("" where its plan has none)."""
+    return str((run.plan.get("env") or {}).get("id", ""))
+
+
+def target_for(run: RunData, target: Target) -> float | None:
+    """The target return that applies to ``run`` (None: its task has none)."""
+    return target.get(task_of(run)) if isinstance(target, dict) else target
+
+
+def target_text(target: Target) -> str:
+    """A target as a table heading says it."""
+    if isinstance(target, dict):
+        return ", ".join(f"{task} {value:g}" for task, value in target.items())
+    return f"{target:g}"
+
+
+def seed_row(label: str, run: RunData, target: Target) -> dict[str, Any]:
     """One run as the numbers a claim is built from (``None`` where it has none)."""
     s = run.summary
     evals = [v for v in run.eval_return if v is not None]
@@ -208,9 +229,12 @@ def seed_row(label: str, run: RunData, target: float | None) -> dict[str, Any]:
         "mean_actors": float(np.mean(run.actors)) if run.actors else None,
     }
     if target is not None:
-        hit = next((i for i, v in enumerate(run.eval_return) if v is not None and v >= target),
-                   None)
-        row["reached_target"] = hit is not None
+        goal = target_for(run, target)
+        hit = None if goal is None else next(
+            (i for i, v in enumerate(run.eval_return) if v is not None and v >= goal), None)
+        if isinstance(target, dict):
+            row["target"] = goal
+        row["reached_target"] = None if goal is None else hit is not None
         row["cost_to_target_usd"] = None if hit is None else run.cost_usd[hit]
         row["sim_time_to_target_s"] = None if hit is None else run.sim_time_s[hit]
         row["env_steps_to_target"] = None if hit is None else run.env_steps[hit]
@@ -311,15 +335,21 @@ def paired(rows: Sequence[dict[str, Any]], base: Sequence[dict[str, Any]],
             "mean_ci": bootstrap_ci(diffs, interval=interval), "mean_ci_t": t_interval(diffs)}
 
 
-def aggregate(groups: Sequence[Group], target: float | None = None,
+def aggregate(groups: Sequence[Group], target: Target = None,
               baseline: str | None = None, interval: str = INTERVAL) -> dict[str, Any]:
     """Rows per seed, statistics per setting, differences against the baseline."""
+    if isinstance(target, dict):
+        tasks = {task_of(r) for g in groups for r in g.runs}
+        unknown = sorted(set(target) - tasks)
+        if unknown:
+            raise ValueError(f"--target names {', '.join(map(repr, unknown))}, which no run "
+                             f"trained on (tasks: {', '.join(sorted(tasks))})")
     rows = [seed_row(g.label, run, target) for g in groups for run in
             sorted(g.runs, key=lambda r: (r.seed is None, r.seed or 0))]
     return summarize(rows, [g.label for g in groups], target, baseline, interval)
 
 
-def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: float | None,
+def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: Target,
               baseline: str | None, interval: str = INTERVAL) -> dict[str, Any]:
     """Statistics from per-seed rows alone, so a stored result is re-rendered from its rows."""
     base_of = baselines(labels, baseline) if baseline is not None else {}
@@ -364,7 +394,7 @@ def markdown(agg: dict[str, Any]) -> str:
     head = ["setting", "seeds", "final eval mean [95% CI]", "final eval IQM [95% CI]",
             "best eval IQM", "cost $", "sim time s", "env steps", "mean N", "stop"]
     if target is not None:
-        head[-1:-1] = [f"reached {target:g}", "cost to target $ [95% CI]",
+        head[-1:-1] = [f"reached {target_text(target)}", "cost to target $ [95% CI]",
                        "sim time to target s [95% CI]"]
     lines = [_row(head), _rule(len(head))]
     for label, e in agg["settings"].items():

@@ -45,6 +45,10 @@ def _handle_aggregate(args: argparse.Namespace, dirs: list[Path], sweeps: list[P
         if plain:
             groups += agg.group_runs(plain, args.group_by or "parent")
         groups = [g for g in agg.merge(groups) if g.runs]
+        tasks = agg.by_task(groups)
+        if isinstance(args.target, float) and len(tasks) > 1:
+            notes.append(f"one --target for {len(tasks)} tasks ({', '.join(tasks)}); give "
+                         "each its own as ENV_ID=R,ENV_ID=R")
         result = agg.aggregate(groups, args.target, args.baseline, args.interval)
         front = agg.fronts(groups, args.front, args.interval) if args.front else {}
     except (ReportError, ValueError) as exc:
@@ -77,6 +81,29 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _target(text: str) -> float | dict[str, float]:
+    """``R``, or ``ENV_ID=R,ENV_ID=R`` for a grid over tasks."""
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    targets: dict[str, float] = {}
+    for item in (i.strip() for i in text.split(",") if i.strip()):
+        task, sep, value = item.rpartition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = None
+        if not sep or not task.strip() or number is None:
+            raise argparse.ArgumentTypeError(
+                f"{item!r}: expected a return (1000) or env id=return pairs "
+                "(Hopper-v5=1000,Swimmer-v5=40)")
+        targets[task.strip()] = number
+    if not targets:
+        raise argparse.ArgumentTypeError("expected a return or env id=return pairs")
+    return targets
+
+
 def register(subparsers: Any) -> None:
     """Entry point of the ``nitro.commands`` group."""
     parser = subparsers.add_parser(
@@ -99,9 +126,10 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--group-by", choices=("parent", "scaler", "name"),
                         help="aggregate plain run dirs by their parent folder (a sweep's "
                              "layout), scaler or run name")
-    parser.add_argument("--target", type=float, metavar="R",
+    parser.add_argument("--target", type=_target, metavar="R",
                         help="aggregated: cost, simulated time and env steps to the first "
-                             "evaluation at or above R")
+                             "evaluation at or above R; on a grid over tasks, one per task "
+                             "(Hopper-v5=1000,Swimmer-v5=40)")
     parser.add_argument("--baseline", metavar="SETTING",
                         help="aggregated: paired differences (by seed) against this setting; "
                              "on a grid of several axes, a value of one axis (fixed8, "
