@@ -427,7 +427,8 @@ def test_hydrozoa_doubles_every_ten_rounds() -> None:
 
 
 @pytest.mark.parametrize(("name", "probe", "widened"), [
-    ("prototype", "hessian", True), ("no_boost", "hessian", False), ("kungfu", "gns", True),
+    ("prototype", "hessian", True), ("prototype_compat", "hessian", True),
+    ("no_boost", "hessian", False), ("kungfu", "gns", True),
     ("grow", "gns", True), ("critical_batch", "gns", True),
     ("decay_only", None, True), ("hydrozoa", None, True),
 ])

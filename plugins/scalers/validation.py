@@ -20,6 +20,7 @@ ADAPTIVE_MAX_FACTOR = 8
 #: that reports it.
 DEFAULT_SIGNAL = {"nitro": NITRO_CONFIG["signal"].default,
                   "prototype": NITRO_CONFIG["signal"].default,
+                  "prototype_compat": NITRO_CONFIG["signal"].default,
                   "no_boost": NO_BOOST_CONFIG["signal"].default,
                   "gns": GNS_SCALER_CONFIG["signal"].default,
                   "kungfu": KUNGFU_CONFIG["signal"].default, "critical_batch": "gns",
