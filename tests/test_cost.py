@@ -197,14 +197,21 @@ def test_learner_presets_redis_node_probe_item_and_no_charge_for_evaluation() ->
 def test_learner_price_must_be_one_choice_in_the_plan() -> None:
     from kernel.plan import load_plan
     from kernel.schema import PlanError
+    from plugins.cost.aws import learner_usd_per_h
 
     plan = load_plan("plans/cartpole.toml", {"cost.learner": "custom",
                                              "cost.learner_usd_per_h": 1.5})
     assert plan["cost"]["learner_usd_per_h"] == 1.5
     with pytest.raises(PlanError, match="needs cost.learner_usd_per_h"):
         load_plan("plans/cartpole.toml", {"cost.learner": "custom"})
-    with pytest.raises(PlanError, match="set learner = 'custom'"):
-        load_plan("plans/cartpole.toml", {"cost.learner_usd_per_h": 1.5})
+    # A price alone is the plan's choice; a preset named beside it is a contradiction.
+    alone = load_plan("plans/cartpole.toml", {"cost.learner_usd_per_h": 1.5})
+    assert learner_usd_per_h(alone["cost"]) == 1.5
+    assert learner_usd_per_h(load_plan("plans/cartpole.toml")["cost"]) == 0.08925
+    assert learner_usd_per_h(load_plan("plans/cartpole.toml",
+                                       {"cost.learner": "gpu"})["cost"]) == 3.06
+    with pytest.raises(PlanError, match="learner = 'gpu', which has its own price"):
+        load_plan("plans/cartpole.toml", {"cost.learner_usd_per_h": 1.5, "cost.learner": "gpu"})
     proto = load_plan("plans/cartpole.toml", {"cost.name": "prototype"})
     assert proto["cost"]["learner_usd_per_h"] == 3.06
 

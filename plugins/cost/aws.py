@@ -57,15 +57,18 @@ NEVER_RAN = ("throttl", "connect", "credentials", "weights_gone", "service_error
 
 
 def learner_usd_per_h(cfg: dict[str, Any]) -> float:
-    """The learner's price from the ``learner`` preset, or ``learner_usd_per_h`` for custom."""
-    if cfg["learner"] == "custom":
-        if cfg["learner_usd_per_h"] is None:
-            raise ValueError("learner = 'custom' needs cost.learner_usd_per_h")
-        return float(cfg["learner_usd_per_h"])
-    if cfg["learner_usd_per_h"] is not None:
-        raise ValueError(f"cost.learner_usd_per_h is set but learner = {cfg['learner']!r} "
-                         "has its own price: set learner = 'custom'")
-    return LEARNER_USD_PER_H[cfg["learner"]]
+    """The learner's price: ``learner_usd_per_h`` where given (a price is the plan's own
+    choice, so it needs no preset named beside it), else the ``learner`` preset (``cpu``
+    unset). A preset and a price both given disagree unless the preset is ``custom``."""
+    preset, price = cfg["learner"], cfg["learner_usd_per_h"]
+    if preset in (None, "custom") and price is not None:
+        return float(price)
+    if preset == "custom":
+        raise ValueError("learner = 'custom' needs cost.learner_usd_per_h")
+    if price is not None:
+        raise ValueError(f"cost.learner_usd_per_h = {price} and learner = {preset!r}, which has "
+                         "its own price: give one of them")
+    return LEARNER_USD_PER_H[preset or "cpu"]
 
 
 def validate(section: dict[str, Any], plan: dict[str, Any]) -> None:

@@ -10,11 +10,12 @@ AWS_COST_CONFIG = {
     "gb_s_usd": Field("float", None, "Price per GB-second (default: us-east-1 list, read "
                       "2026-11: x86_64 0.0000166667, arm64 0.0000133334).", min=0),
     "request_usd": Field("float", 0.2e-6, "Price per request (us-east-1, 2026-11).", min=0),
-    "learner": Field("str", "cpu", "Learner instance price: 'cpu' (c7i.large, $0.08925/h), "
-                     "'gpu' (p3.2xlarge, $3.06/h; us-east-1, read 2026-11) or 'custom' "
-                     "(learner_usd_per_h).", choices=("cpu", "gpu", "custom")),
-    "learner_usd_per_h": Field("float", None, "Learner price per hour when learner = "
-                               "'custom'.", min=0),
+    "learner": Field("str", None, "Learner instance price: 'cpu' (c7i.large, $0.08925/h; "
+                     "the default), 'gpu' (p3.2xlarge, $3.06/h; us-east-1, read 2026-11) or "
+                     "'custom' (learner_usd_per_h).", choices=("cpu", "gpu", "custom")),
+    "learner_usd_per_h": Field("float", None, "Learner price per hour (set alone, it is the "
+                               "price; a 'cpu' or 'gpu' preset named beside it is an error).",
+                               min=0),
     "redis_usd_per_hour": Field("float", 0.016, "Redis node price per hour, billed when "
                                 "transport.kind = 'redis' (cache.t4g.micro, us-east-1, "
                                 "2026-11).", min=0),
