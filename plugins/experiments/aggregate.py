@@ -14,12 +14,12 @@ intervals.
 Which quantiles of the bootstrap distribution make the interval (``interval``): the plain
 percentile interval (2.5 % and 97.5 %) resamples only the values seen, so at a few seeds it is
 narrower than 95 %: on the paired differences of the boosting studies it covered the true mean
-84 % of the time at 5 seeds and 91 % at 10 (perf/boost_intervals.py measures it). The default,
+84 % of the time at 5 seeds and 90 % at 10 (perf/boost_intervals.py measures it). The default,
 ``expanded``, is the expanded percentile interval (Hesterberg, 2015): the same bootstrap
 distribution read at the quantiles alpha'/2 and 1 - alpha'/2 with
 alpha'/2 = Phi(-sqrt(n / (n - 1)) * t_{0.975, n - 1}), which widens it to what a Student t
 interval would allow at n seeds while keeping the bootstrap's shape, so it serves the IQM too
-(measured coverage 92 % at 5 seeds, 95 % at 10; Student t 95 % at both).
+(measured coverage 92 % at 5 seeds, 95 % at 10; Student t 94 % and 95 %).
 
 Curves: each seed's evaluation returns are interpolated onto a common grid of env steps,
 dollars or simulated seconds, from the latest first evaluation among the seeds to the earliest

@@ -149,7 +149,7 @@ def register(subparsers: Any) -> None:
                              "interval. expanded (default): read at quantiles widened as a "
                              "Student t widens at n seeds (Hesterberg's expanded percentile "
                              "interval), near 95 %% coverage at 10 seeds; percentile: 2.5 and "
-                             "97.5 %%, narrower than 95 %% at a few seeds (about 91 %% at 10)")
+                             "97.5 %%, narrower than 95 %% at a few seeds (about 90 %% at 10)")
     parser.add_argument("--no-figures", action="store_true",
                         help="aggregated: the table only")
     parser.set_defaults(handler=_handle)
