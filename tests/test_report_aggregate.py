@@ -19,7 +19,9 @@ from plugins.experiments.aggregate import (
     front_gap,
     fronts,
     iqm,
+    markdown,
     paired,
+    summarize,
     t_interval,
     tails,
 )
@@ -176,6 +178,26 @@ def test_report_aggregates_a_sweep_per_setting(tmp_path: Path) -> None:
     assert "plain percentile-bootstrap intervals, narrower than 95 %" in plain.stdout
     lo, hi = narrow["settings"]["nitro"]["vs_baseline"]["final_eval_return"]["mean_ci"]
     assert d["mean_ci"][0] < lo and hi <= d["mean_ci"][1]  # 50 is the largest difference
+
+
+def test_the_table_shows_the_least_and_most_of_its_budget_any_seed_spent() -> None:
+    """Equal budget holds only if every run spent nearly all of it and none more, so the
+    table shows the extremes, read away from 100 %: 99.996 % is not "100.00 %" and 100.004 %
+    is not "within budget"."""
+    rows = [{"setting": "nitro", "seed": 1, "stop_reason": "budget", "budget_spent": 0.9542},
+            {"setting": "nitro", "seed": 2, "stop_reason": "budget", "budget_spent": 0.99996},
+            {"setting": "fixed8", "seed": 1, "stop_reason": "budget", "budget_spent": 1.00004},
+            {"setting": "unbudgeted", "seed": 1, "stop_reason": "max_rounds"}]
+    agg = summarize(rows, ["nitro", "fixed8", "unbudgeted"], None, None)
+    assert agg["settings"]["nitro"]["budget_spent_range"] == [0.9542, 0.99996]
+    assert agg["settings"]["unbudgeted"]["budget_spent_range"] is None
+    table = markdown(agg)
+    assert "| budget spent | stop |" in table
+    assert "| 95.42–99.99 % | budget |" in table
+    assert "| 100.01 % | budget |" in table
+    assert "| - | max_rounds |" in table
+    plain = summarize(rows[-1:], ["unbudgeted"], None, None)
+    assert "budget spent" not in markdown(plain)  # no budget anywhere: no column
 
 
 def test_a_baseline_named_by_one_axis_pairs_within_the_others(tmp_path: Path) -> None:

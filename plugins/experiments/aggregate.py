@@ -349,6 +349,14 @@ def aggregate(groups: Sequence[Group], target: Target = None,
     return summarize(rows, [g.label for g in groups], target, baseline, interval)
 
 
+def spent_range(rows: Sequence[dict[str, Any]]) -> list[float] | None:
+    """[least, most] share of its budget a run spent (None: no run had a budget). The extremes,
+    not a mean: an equal-budget comparison holds only if every run spent nearly all of its
+    budget, and none more."""
+    spent = [float(r["budget_spent"]) for r in rows if r.get("budget_spent") is not None]
+    return [min(spent), max(spent)] if spent else None
+
+
 def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: Target,
               baseline: str | None, interval: str = INTERVAL) -> dict[str, Any]:
     """Statistics from per-seed rows alone, so a stored result is re-rendered from its rows."""
@@ -364,6 +372,7 @@ def summarize(rows: Sequence[dict[str, Any]], labels: Sequence[str], target: Tar
         }
         if target is not None:
             entry["reached_target"] = sum(bool(r.get("reached_target")) for r in mine)
+        entry["budget_spent_range"] = spent_range(mine)
         if label in base_of:
             base = [r for r in rows if r["setting"] == base_of[label]]
             entry["baseline"] = base_of[label]
@@ -388,6 +397,21 @@ def _cell(stat: dict[str, Any], which: str, spec: str) -> str:
     return text if ci is None else f"{text} [{format(ci[0], spec)}, {format(ci[1], spec)}]"
 
 
+def _percent_of_budget(share: float) -> str:
+    """Two decimals, rounded away from 100 %: a run under budget never reads 100.00 % or more,
+    and one over it never reads 100.00 % or less."""
+    hundredths = share * 10_000
+    hundredths = math.floor(hundredths) if share <= 1.0 else math.ceil(hundredths)
+    return f"{hundredths / 100:.2f}"
+
+
+def _spent_cell(span: Sequence[float] | None) -> str:
+    if not span:
+        return "-"
+    lo, hi = (_percent_of_budget(v) for v in span)
+    return f"{lo} %" if lo == hi else f"{lo}–{hi} %"
+
+
 def markdown(agg: dict[str, Any]) -> str:
     """The per-setting table (and the paired one with a baseline), as Markdown."""
     target = agg["target"]
@@ -396,6 +420,9 @@ def markdown(agg: dict[str, Any]) -> str:
     if target is not None:
         head[-1:-1] = [f"reached {target_text(target)}", "cost to target $ [95% CI]",
                        "sim time to target s [95% CI]"]
+    budgeted = any(e.get("budget_spent_range") for e in agg["settings"].values())
+    if budgeted:
+        head[-1:-1] = ["budget spent"]
     lines = [_row(head), _rule(len(head))]
     for label, e in agg["settings"].items():
         m = e["metrics"]
@@ -411,6 +438,8 @@ def markdown(agg: dict[str, Any]) -> str:
             cells[-1:-1] = [f"{e['reached_target']}/{len(e['seeds'])}",
                             _cell(m["cost_to_target_usd"], "mean", ".5f"),
                             _cell(m["sim_time_to_target_s"], "mean", ".1f")]
+        if budgeted:
+            cells[-1:-1] = [_spent_cell(e.get("budget_spent_range"))]
         lines.append(_row(cells))
     text = "\n".join(lines)
     if agg["baseline"] is not None:
