@@ -19,6 +19,7 @@ from plugins.experiments.sweep import (
     combine,
     parse_axis,
     parse_seeds,
+    run_outcome,
     toml_value,
 )
 from tests.conftest import PYTHON, ROOT, run_cli
@@ -230,3 +231,18 @@ def test_two_sweeps_writing_one_folder_keep_each_others_runs(plan: Path, tmp_pat
     first.write()  # a later write of the first keeps the second's finished run
     data = json.loads((out / "sweep.json").read_text())
     assert data["settings"]["b"]["runs"]["2"]["status"] == "finished"
+
+
+def test_each_finished_run_says_what_share_of_its_budget_it_spent(tmp_path: Path) -> None:
+    """The line a sweep prints per run names the budget and the share spent, so a run that
+    stopped short of it (or went past it) shows while the sweep is still going."""
+    budgeted, unbudgeted = tmp_path / "a", tmp_path / "b"
+    for run_dir, stop in ((budgeted, "budget_usd = 0.002"), (unbudgeted, "max_rounds = 2")):
+        run_dir.mkdir()
+        (run_dir / "plan.toml").write_text(f"[stop]\n{stop}\n")
+        (run_dir / "summary.json").write_text(json.dumps(
+            {"stop_reason": "budget", "rounds": 32, "final_eval_return": -6.6,
+             "cost_usd": 0.0019907}))
+    assert run_outcome(budgeted) == \
+        " (budget, 32 rounds, final eval -6.6, $0.00199 of $0.002 (99.5 %))"
+    assert run_outcome(unbudgeted) == " (budget, 32 rounds, final eval -6.6, $0.00199)"

@@ -36,6 +36,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -438,20 +439,35 @@ def sweep(plan: str, seeds: Sequence[int], grid: Sequence[str], common: Sequence
         manifest.record(run)
         manifest.write()
         report(f"[{done[0]}/{len(todo)}] {run.setting.label} seed {run.seed}: {run.status} "
-               f"in {run.wall_s:.0f} s{_outcome(run.run_dir)}")
+               f"in {run.wall_s:.0f} s{run_outcome(run.run_dir)}")
 
     execute(runs, jobs, on_done)
     return runs
 
 
-def _outcome(run_dir: Path) -> str:
+def run_outcome(run_dir: Path) -> str:
     try:
         s = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError):
         return f" (no summary; see {run_dir}.log)"
     final = s.get("final_eval_return")
+    cost = float(s.get("cost_usd") or 0.0)
     return (f" ({s.get('stop_reason')}, {s.get('rounds')} rounds, final eval "
-            f"{'-' if final is None else format(final, '.1f')}, ${s.get('cost_usd') or 0:.5f})")
+            f"{'-' if final is None else format(final, '.1f')}, ${cost:.5f}"
+            f"{_of_budget(run_dir, cost)})")
+
+
+def _of_budget(run_dir: Path, cost: float) -> str:
+    """The budget and the share of it spent, where the run had one: whether it spent what it
+    was given is the first thing an equal-budget comparison asks of each run."""
+    try:
+        plan = tomllib.loads((run_dir / "plan.toml").read_text(encoding="utf-8"))
+        budget = plan.get("stop", {}).get("budget_usd")
+    except (OSError, tomllib.TOMLDecodeError):
+        return ""
+    if not budget:
+        return ""
+    return f" of ${float(budget):g} ({100 * cost / float(budget):.1f} %)"
 
 
 def _handle(args: argparse.Namespace) -> int:
