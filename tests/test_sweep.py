@@ -244,5 +244,5 @@ def test_each_finished_run_says_what_share_of_its_budget_it_spent(tmp_path: Path
             {"stop_reason": "budget", "rounds": 32, "final_eval_return": -6.6,
              "cost_usd": 0.0019907}))
     assert run_outcome(budgeted) == \
-        " (budget, 32 rounds, final eval -6.6, $0.00199 of $0.002 (99.5 %))"
+        " (budget, 32 rounds, final eval -6.6, $0.00199 of $0.002 (99.53 %))"
     assert run_outcome(unbudgeted) == " (budget, 32 rounds, final eval -6.6, $0.00199)"

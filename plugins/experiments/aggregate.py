@@ -49,7 +49,7 @@ from plugins.experiments.report import (
     time_unit,
     usd_unit,
 )
-from plugins.experiments.sweep import split_top
+from plugins.experiments.sweep import percent_of_budget, split_top
 
 RESAMPLES = 10_000
 #: Resamples per point of a curve's band: a band is read by eye, and 2,000 draws put its edges
@@ -397,18 +397,10 @@ def _cell(stat: dict[str, Any], which: str, spec: str) -> str:
     return text if ci is None else f"{text} [{format(ci[0], spec)}, {format(ci[1], spec)}]"
 
 
-def _percent_of_budget(share: float) -> str:
-    """Two decimals, rounded away from 100 %: a run under budget never reads 100.00 % or more,
-    and one over it never reads 100.00 % or less."""
-    hundredths = share * 10_000
-    hundredths = math.floor(hundredths) if share <= 1.0 else math.ceil(hundredths)
-    return f"{hundredths / 100:.2f}"
-
-
 def _spent_cell(span: Sequence[float] | None) -> str:
     if not span:
         return "-"
-    lo, hi = (_percent_of_budget(v) for v in span)
+    lo, hi = (percent_of_budget(v) for v in span)
     return f"{lo} %" if lo == hi else f"{lo}–{hi} %"
 
 

@@ -29,6 +29,7 @@ import fcntl
 import hashlib
 import itertools
 import json
+import math
 import re
 import shlex
 import shutil
@@ -467,7 +468,15 @@ def _of_budget(run_dir: Path, cost: float) -> str:
         return ""
     if not budget:
         return ""
-    return f" of ${float(budget):g} ({100 * cost / float(budget):.1f} %)"
+    return f" of ${float(budget):g} ({percent_of_budget(cost / float(budget))} %)"
+
+
+def percent_of_budget(share: float) -> str:
+    """A share of the budget in percent, two decimals, rounded away from 100 %: a run under
+    budget never reads 100.00 % or more, and one over it never reads 100.00 % or less."""
+    hundredths = share * 10_000
+    hundredths = math.floor(hundredths) if share <= 1.0 else math.ceil(hundredths)
+    return f"{hundredths / 100:.2f}"
 
 
 def _handle(args: argparse.Namespace) -> int:
