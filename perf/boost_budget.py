@@ -32,6 +32,10 @@ adds the gns probe's constants to a model fitted before that probe was timed by 
 ``--clock model_cuda`` keeps that model's actor seconds (Lambdas run on CPUs) and takes the
 learner's and the probe's from perf/gpu_check.py's run on a GPU (perf/results/gpu_check.json);
 its folders and results end in ``-model-cuda``.
+
+Measured durations depend on the machine and its load, so runs measured later, elsewhere or on
+an idle machine do not pair with a study's earlier seeds: ``--label idle`` keeps them as a study
+of their own (folders and results end in ``-idle``), to be compared only with each other.
 """
 
 from __future__ import annotations
@@ -142,7 +146,17 @@ def common_sets(args: argparse.Namespace) -> list[str]:
 def variant(args: argparse.Namespace) -> str:
     """The study's folder and result-name suffix beyond task and price (``-model-cuda-mb32``)."""
     clock = "" if args.clock == "measured" else f"-{args.clock.replace('_', '-')}"
-    return clock + ("-mb32" if args.minibatches == "count" else "")
+    label = f"-{args.label}" if getattr(args, "label", None) else ""
+    return clock + ("-mb32" if args.minibatches == "count" else "") + label
+
+
+def label_name(text: str) -> str:
+    """A ``--label``: lower-case letters, digits and inner hyphens, as it names folders."""
+    if not text or not all(ch.islower() or ch.isdigit() or ch == "-" for ch in text) \
+            or text.startswith("-") or text.endswith("-"):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: a label is lower-case letters, digits and inner hyphens (e.g. idle)")
+    return text
 
 
 def seeds(text: str) -> list[int]:
@@ -591,7 +605,9 @@ def collect(args: argparse.Namespace) -> int:
     figures = agg.band_figures(groups, ROOT / "perf" / "figures" / name, c.STUDY_INTERVAL)
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
-                 + CLOCK_TITLES[args.clock],
+                 + CLOCK_TITLES[args.clock]
+                 + (f", the runs labelled `{args.label}` (a study of their own)"
+                    if args.label else ""),
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": common_sets(args),
                      "clock": args.clock, "clock_sets": clock_sets(args),
                      "settings": SETTINGS, "pricing": args.pricing, "target": args.target,
@@ -700,7 +716,8 @@ def doctable(args: argparse.Namespace) -> int:
     return 0
 
 
-def main() -> int:
+def argparse_parser() -> argparse.ArgumentParser:
+    """The command line: an action and the flags that name a study."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("action", choices=("run", "store", "collect", "fit", "fit-gns",
                                            "doctable", "pooled"))
@@ -715,6 +732,10 @@ def main() -> int:
     parser.add_argument("--minibatches", choices=tuple(MINIBATCHES), default="size",
                         help="size: minibatches of 256 samples (more SGD steps for a bigger "
                              "round); count: the plan's 32 whatever the batch (the paper's regime)")
+    parser.add_argument("--label", type=label_name,
+                        help="a study of its own beside the one these flags name (folders and "
+                             "results end in -<label>): runs made under other conditions, e.g. "
+                             "measured on another machine, that must not pair with its seeds")
     parser.add_argument("--model-task", type=task_id,
                         help="take the time model fitted on this task (default: --task)")
     parser.add_argument("--budget", type=float, default=0.004, help="USD per run")
@@ -727,7 +748,11 @@ def main() -> int:
                         help="doctable, pooled: settings to pair against")
     parser.add_argument("--studies", nargs="+", default=list(POOLED_STUDIES),
                         help="pooled: result files (stems under perf/results/) to pool")
-    args = parser.parse_args()
+    return parser
+
+
+def main() -> int:
+    args = argparse_parser().parse_args()
     return {"run": run, "store": store, "collect": collect, "fit": fit, "fit-gns": fit_gns,
             "doctable": doctable, "pooled": pooled}[args.action](args)
 

@@ -36,8 +36,9 @@ RESULTS = Path(os.environ.get("NITRO_PERF_RESULTS") or PERF / "results")
 #: "Statistics", says what that interval's coverage is at five and ten seeds).
 STUDY_INTERVAL = "percentile"
 #: The result names of perf/boost_budget.py's equal-budget studies: one task, one learner price,
-#: one clock, and ``_mb32`` for the paper's minibatch count (``boost_hopper_gpu_model_cuda_mb32``).
-BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda(_mb32)?)?)?")
+#: one clock, ``_mb32`` for the paper's minibatch count (``boost_hopper_gpu_model_cuda_mb32``) and
+#: a ``--label`` last (``boost_hopper_cpu_idle``).
+BUDGET_STUDY = re.compile(r"boost_[a-z0-9]+_(cpu|gpu)(_model(_cuda(_mb32)?)?)?(_[a-z0-9_]+)?")
 PY = sys.executable
 
 

@@ -316,6 +316,26 @@ def test_boost_study_settings_build_valid_plans():
     assert 'rule = "anchored"' in raw
 
 
+def test_a_labelled_study_keeps_its_own_folders_and_results_and_refuses_a_bad_label():
+    import argparse
+
+    import boost_budget as bb
+
+    def args(*extra):
+        return bb.argparse_parser().parse_args(["collect", "--pricing", "cpu", *extra])
+
+    plain, labelled = args(), args("--label", "idle")
+    assert bb.result_name(plain) == "boost_hopper_cpu"
+    assert bb.result_name(labelled) == "boost_hopper_cpu_idle"
+    root = Path("/stored")
+    assert bb.task_dir(root, "Hopper-v5", "cpu", bb.variant(labelled)) == root / "cpu-idle"
+    modelled = args("--clock", "model", "--label", "rerun-2")
+    assert bb.result_name(modelled) == "boost_hopper_cpu_model_rerun_2"
+    for bad in ("Idle", "-idle", "idle-", "a/b", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="lower-case letters"):
+            bb.label_name(bad)
+
+
 def test_spend_check_names_every_budget_ended_run_outside_95_to_100_percent():
     import spend_check
 
