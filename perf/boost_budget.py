@@ -146,7 +146,7 @@ def common_sets(args: argparse.Namespace) -> list[str]:
 def variant(args: argparse.Namespace) -> str:
     """The study's folder and result-name suffix beyond task and price (``-model-cuda-mb32``)."""
     clock = "" if args.clock == "measured" else f"-{args.clock.replace('_', '-')}"
-    label = f"-{args.label}" if getattr(args, "label", None) else ""
+    label = f"-{args.label}" if args.label else ""
     return clock + ("-mb32" if args.minibatches == "count" else "") + label
 
 
