@@ -18,6 +18,15 @@ With ``--horizon H`` each branch holds its size for H rounds (each sampled from 
 own updated policy), as a boost that lasts a while; those rows are stored apart, as are
 another task's (``--task``).
 
+``--use`` says how the big round spends its extra samples, so that "a bigger round does not
+help" can be told apart from "this use of a bigger round does not help": ``count`` (the
+paper's: the same 32 minibatches, each ``big / small`` times larger, so the same optimiser
+steps on a less noisy gradient), ``steps`` (minibatches of the small round's size, so
+``big / small`` times the optimiser steps: the update a learner timed by its samples makes)
+and ``lr`` (the paper's minibatches with the learning rate raised by Adam's square-root rule,
+``sqrt(big / small)``, so the less noisy gradient may also take a longer step). The small
+round is the same in all three, and rows of a use other than ``count`` are stored apart.
+
 If the premise holds, the advantage is larger where the signal is larger: its rank
 correlation with log rho (and with rho's deviation from its own trend, which is what a
 windowed rule reacts to) is positive with an interval that excludes zero. The same is
@@ -30,6 +39,7 @@ carry episodes across rounds), and one round's effect is measured, not a boost o
     .venv/bin/python perf/boost_premise.py --seed 2 --append        # add a seed
     .venv/bin/python perf/boost_premise.py --seed 1 --horizon 3     # boosts of 3 rounds
     .venv/bin/python perf/boost_premise.py --seed 1 --task Walker2d-v5
+    .venv/bin/python perf/boost_premise.py --seed 1 --use steps     # big round: more steps
     .venv/bin/python perf/boost_premise.py --render                 # the table only
 
 Rows: perf/results/boost_premise.json (one per branch, with the probes of its round).
@@ -40,6 +50,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import dataclasses
 import json
 import sys
 import tempfile
@@ -82,16 +93,44 @@ class Branching:
     steps: int
     horizon: int = 1  # rounds each branch runs at its size (a boost held for a while)
     task: str = "Hopper-v5"
+    use: str = "count"  # how the big round spends its samples (see USES)
 
 
-def fork(learner: Any) -> Any:
+#: How a big round may use its extra samples (the module's docstring says what each is).
+USES = ("count", "steps", "lr")
+
+
+#: How the rendered table says each use.
+USE_WORDS = {
+    "count": "the big round in as many minibatches as the small one",
+    "steps": "the big round in minibatches of the small one's size (more optimiser steps)",
+    "lr": "the big round in as many minibatches, its learning rate x sqrt(big / small)",
+}
+
+
+def big_config(config: Any, b: Branching) -> Any:
+    """The learner configuration of the big branch under ``b.use``; the small branch keeps
+    the run's own. The small round's minibatch size is the reference either way."""
+    if b.use == "count":
+        return config
+    small_minibatch = max(1, b.small * b.steps // config.num_minibatches)
+    if b.use == "steps":
+        return dataclasses.replace(config, minibatch_size=small_minibatch)
+    if b.use == "lr":
+        return dataclasses.replace(config, lr_reference_minibatch=small_minibatch)
+    raise ValueError(f"--use must be one of {', '.join(USES)}, not {b.use!r}")
+
+
+def fork(learner: Any, config: Any = None) -> Any:
     """An independent copy of an on-policy learner: model, optimiser and normalisation
     statistics, so that training the copy leaves the run's learner as it was. Probes run
     while nothing trains, so the copy is of a learner at rest. The core is built afresh and
-    loaded (its weights live in one flat buffer that a deep copy would not keep whole)."""
+    loaded (its weights live in one flat buffer that a deep copy would not keep whole), with
+    ``config`` in place of the run's if given."""
     core = learner.core
     twin = copy.copy(learner)
-    twin.core = type(core)(learner.spaces, core.config, device=core.device)
+    twin.core = type(core)(learner.spaces, core.config if config is None else config,
+                           device=core.device)
     twin.core.load_state_dict(copy.deepcopy(core.state_dict()))
     twin.obs_rms = copy.deepcopy(learner.obs_rms)
     twin.ret_rms = copy.deepcopy(learner.ret_rms)
@@ -153,7 +192,8 @@ def branch_probe(b: Branching) -> type:
                 for r in range(b.replicates):
                     seed = 1_000_000 * ctx.seed + 1_000 * ctx.round + r
                     for label, actors in (("small", b.small), ("big", b.big)):
-                        twin = fork(learner)
+                        twin = fork(learner, None if label == "small" else
+                                    big_config(learner.core.config, b))
                         torch.manual_seed(seed)
                         for k in range(b.horizon):  # each round samples the twin's policy
                             twin.update([self._round(twin, actors, seed + 7_919 * k)])
@@ -304,6 +344,7 @@ def render(data: dict[str, Any]) -> str:
         f"{b['small']} against {b['big']} actors for "
         f"{'one round' if b.get('horizon', 1) == 1 else str(b['horizon']) + ' rounds'}, "
         f"{b['replicates']} draws of each, "
+        f"{USE_WORDS[b.get('use', 'count')]}, "
         f"{b['episodes']} evaluation episodes. Evaluation gain over the branch point, mean "
         "[95 % interval over branches]:",
         "",
@@ -340,6 +381,9 @@ def main() -> None:
                         help="a MuJoCo task of the paper's (stored apart when not Hopper)")
     parser.add_argument("--horizon", type=int, default=1,
                         help="rounds each branch runs at its size (stored apart when not 1)")
+    parser.add_argument("--use", choices=USES, default="count",
+                        help="how the big round spends its samples (stored apart when not "
+                             "count)")
     parser.add_argument("--append", action="store_true",
                         help="keep the stored branches of other seeds beside this one's")
     parser.add_argument("--render", action="store_true", help="print the stored table only")
@@ -347,13 +391,15 @@ def main() -> None:
 
     name = NAME + ("" if args.task == "Hopper-v5" else "_" + args.task.split("-")[0].lower())
     name += "" if args.horizon == 1 else f"_h{args.horizon}"
+    name += "" if args.use == "count" else f"_{args.use}"
     stored = RESULTS / f"{name}.json"
     b = Branching(args.every, args.start, args.small, args.big, args.replicates,
-                  args.episodes, boost.PAPER.steps_per_actor, args.horizon, args.task)
+                  args.episodes, boost.PAPER.steps_per_actor, args.horizon, args.task, args.use)
     data: dict[str, Any] = {"branching": asdict(b), "rows": []}
     if (args.append or args.render) and stored.is_file():
         kept = json.loads(stored.read_text())
-        if {"horizon": 1, "task": "Hopper-v5", **kept.get("branching", {})} != asdict(b):
+        made = {"horizon": 1, "task": "Hopper-v5", "use": "count", **kept.get("branching", {})}
+        if made != asdict(b):
             raise SystemExit(f"{stored} was made with {kept.get('branching')}; pass the same "
                              "options to add to it")
         data["rows"] = [r for r in kept["rows"] if r["seed"] != args.seed or args.render]

@@ -27,8 +27,9 @@ def leaves(tree, prefix=""):
         yield prefix, tree
 
 
-@pytest.mark.parametrize("horizon", [1, 2])
-def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon):
+@pytest.mark.parametrize(("horizon", "use"), [(1, "count"), (2, "count"), (1, "steps"),
+                                             (1, "lr")])
+def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon, use):
     import torch
 
     from kernel.plan import load_plan
@@ -40,7 +41,7 @@ def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon):
                         seed=0, bus=None)
     learner = default_registry().get("algo", "ppo").load()(ctx)
     b = bp.Branching(every=1, start=1, small=1, big=2, replicates=1, episodes=1, steps=64,
-                     horizon=horizon)
+                     horizon=horizon, use=use)
     probe = bp.branch_probe(b)(ctx)
     learner.update([probe._round(learner, 2, seed=5)])  # a run one round in
     before = dict(leaves(learner.state()))
@@ -55,6 +56,33 @@ def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon):
         assert np.array_equal(np.asarray(value), np.asarray(after[key])), key
     assert torch.equal(torch.get_rng_state(), rng)
     assert probe.measure(ProbeContext(round=0, learner=learner, batches=[], seed=4)) == {}
+
+
+def test_each_use_of_the_big_round_changes_only_what_it_names():
+    """``count`` keeps the run's update; ``steps`` keeps the small round's minibatch size, so
+    the big round takes big / small times the optimiser steps at the run's rate; ``lr`` keeps
+    the minibatch count and raises the rate by sqrt(big / small)."""
+    from types import SimpleNamespace
+
+    from algos.ppo import PPO, PPOConfig
+
+    config = PPOConfig(num_minibatches=32, update_epochs=10, learning_rate=3e-4)
+    b = bp.Branching(every=2, start=2, small=8, big=64, replicates=1, episodes=1, steps=512)
+    big_batch = 64 * 512
+
+    assert bp.big_config(config, b) == config
+    steps = bp.big_config(config, bp.dataclasses.replace(b, use="steps"))
+    assert steps.minibatch_size == 8 * 512 // 32
+    assert round(big_batch / steps.minibatch_size) == 8 * 32
+    assert steps.learning_rate == config.learning_rate and steps.lr_reference_minibatch is None
+    lr = bp.big_config(config, bp.dataclasses.replace(b, use="lr"))
+    assert lr.minibatch_size is None and lr.num_minibatches == 32
+    assert lr.lr_reference_minibatch == 8 * 512 // 32
+    assert PPO.lr_size_factor(SimpleNamespace(config=lr), big_batch / 32) == \
+        pytest.approx(8 ** 0.5)
+    assert PPO.lr_size_factor(SimpleNamespace(config=config), big_batch / 32) == 1.0
+    with pytest.raises(ValueError, match="--use must be one of"):
+        bp.big_config(config, bp.dataclasses.replace(b, use="epochs"))
 
 
 def rows_with(advantage_of, seeds=4, rounds=20):
