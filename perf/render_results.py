@@ -36,7 +36,8 @@ ORDER = ["cartpole_time", "local_sps", "dataplane", "fanout", "overlap", "atari_
          "gpu_check", "gpu_check_bf16", "gpu_check_scan", "boost_budget", "boost_paper",
          "boost_paper_model_cuda",
          "hessian_subsample", "hessian_batch", "rho_persistence", "boost_premise", "boost_premise_h3",
-         "boost_premise_walker2d", "boost_premise_steps", "boost_premise_lr", "boost_front", "boost_intervals", "spend_check_churn", "spend_check_churn_fd9feb1",
+         "boost_premise_walker2d", "boost_premise_steps", "boost_premise_lr",
+         "boost_premise_walker2d_steps", "boost_premise_walker2d_lr", "boost_front", "boost_intervals", "spend_check_churn", "spend_check_churn_fd9feb1",
          "spend_check_churn_35cb807", "spend_check_churn_4e5bed7", "spend_check", "spend_check_async_rerun",
          "spend_check_c02a9e6", "load",
          "soak", "compare_peers"]
@@ -48,7 +49,8 @@ RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
              "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
              "boost_premise_walker2d": "boost_premise", "boost_premise_steps": "boost_premise",
-             "boost_premise_lr": "boost_premise", "boost_front": "boost_front",
+             "boost_premise_lr": "boost_premise", "boost_premise_walker2d_steps": "boost_premise",
+             "boost_premise_walker2d_lr": "boost_premise", "boost_front": "boost_front",
              "boost_intervals": "boost_intervals"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
