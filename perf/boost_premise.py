@@ -96,16 +96,14 @@ class Branching:
     use: str = "count"  # how the big round spends its samples (see USES)
 
 
-#: How a big round may use its extra samples (the module's docstring says what each is).
-USES = ("count", "steps", "lr")
-
-
-#: How the rendered table says each use.
+#: How a big round may use its extra samples (the module's docstring says why each), in the
+#: words the rendered table says it with.
 USE_WORDS = {
     "count": "the big round in as many minibatches as the small one",
     "steps": "the big round in minibatches of the small one's size (more optimiser steps)",
     "lr": "the big round in as many minibatches, its learning rate x sqrt(big / small)",
 }
+USES = tuple(USE_WORDS)
 
 
 def big_config(config: Any, b: Branching) -> Any:
