@@ -47,10 +47,7 @@ RENDERERS = {"cartpole_time": "cartpole_time", "compare_peers": "compare_peers",
              "boost_budget": "boost", "gpu_check": "gpu_check",
              "gpu_check_bf16": "gpu_check", "gpu_check_scan": "gpu_check", "atari_sps": "atari_sps",
              "hessian_batch": "hessian_batch", "rho_persistence": "rho_persistence",
-             "boost_premise": "boost_premise", "boost_premise_h3": "boost_premise",
-             "boost_premise_walker2d": "boost_premise", "boost_premise_steps": "boost_premise",
-             "boost_premise_lr": "boost_premise", "boost_premise_walker2d_steps": "boost_premise",
-             "boost_premise_walker2d_lr": "boost_premise", "boost_front": "boost_front",
+             "boost_front": "boost_front",
              "boost_intervals": "boost_intervals"}
 BOOST_PROTOCOL = re.compile(r"boost_(paper|budget)(_model(_cuda)?)?")
 #: Keys under which a result keeps its raw per-seed or per-repeat rows.
@@ -98,6 +95,8 @@ def renderer(name: str) -> str | None:
         return "atari_curve"
     if name.startswith("compare_peers"):  # one table per machine the peers ran on
         return "compare_peers"
+    if name.startswith("boost_premise"):  # one result per task, horizon and use
+        return "boost_premise"
     if name.startswith("spend_check"):  # one result per grid (code, load)
         return "spend_check"
     if BOOST_PROTOCOL.fullmatch(name):  # perf/boost.py, one result per protocol and clock
