@@ -25,7 +25,11 @@ steps on a less noisy gradient), ``steps`` (minibatches of the small round's siz
 ``big / small`` times the optimiser steps: the update a learner timed by its samples makes)
 and ``lr`` (the paper's minibatches with the learning rate raised by Adam's square-root rule,
 ``sqrt(big / small)``, so the less noisy gradient may also take a longer step). The small
-round is the same in all three, and rows of a use other than ``count`` are stored apart.
+round is the same in all of them, and rows of a use other than ``count`` are stored apart.
+``clip`` asks whether the clipped objective is what bounds one round's progress: the big
+round takes ``steps``'s optimiser steps inside a clip range widened by the same square-root
+rule. A wider range might pay at any round size, so ``clip`` adds a third arm, the small round
+with the same range (the *control*), and reports the big round's gain over it too.
 
 If the premise holds, the advantage is larger where the signal is larger: its rank
 correlation with log rho (and with rho's deviation from its own trend, which is what a
@@ -40,6 +44,7 @@ carry episodes across rounds), and one round's effect is measured, not a boost o
     .venv/bin/python perf/boost_premise.py --seed 1 --horizon 3     # boosts of 3 rounds
     .venv/bin/python perf/boost_premise.py --seed 1 --task Walker2d-v5
     .venv/bin/python perf/boost_premise.py --seed 1 --use steps     # big round: more steps
+    .venv/bin/python perf/boost_premise.py --seed 1 --use clip      # ... and a wider clip
     .venv/bin/python perf/boost_premise.py --render                 # the table only
 
 Rows: perf/results/boost_premise.json (one per branch, with the probes of its round).
@@ -102,8 +107,20 @@ USE_WORDS = {
     "count": "the big round in as many minibatches as the small one",
     "steps": "the big round in minibatches of the small one's size (more optimiser steps)",
     "lr": "the big round in as many minibatches, its learning rate x sqrt(big / small)",
+    "clip": "the big round in minibatches of the small one's size (more optimiser steps), "
+            "its clip range x sqrt(big / small)",
 }
 USES = tuple(USE_WORDS)
+#: Uses whose change could pay without the extra samples: a third arm, the small round with
+#: the same change, tells "the big round pays" from "the change pays at any size".
+CONTROLLED = ("clip",)
+
+
+def widened_clip(config: Any, b: Branching) -> float:
+    """The clip range of a round ``big / small`` times larger, by the same square-root rule
+    as the learning rate: the surrogate's sampling error shrinks with the square root of the
+    samples behind it, so a region that many times wider is as well estimated."""
+    return config.clip_coef * (b.big / b.small) ** 0.5
 
 
 def big_config(config: Any, b: Branching) -> Any:
@@ -116,7 +133,27 @@ def big_config(config: Any, b: Branching) -> Any:
         return dataclasses.replace(config, minibatch_size=small_minibatch)
     if b.use == "lr":
         return dataclasses.replace(config, lr_reference_minibatch=small_minibatch)
+    if b.use == "clip":
+        return dataclasses.replace(config, minibatch_size=small_minibatch,
+                                   clip_coef=widened_clip(config, b))
     raise ValueError(f"--use must be one of {', '.join(USES)}, not {b.use!r}")
+
+
+def control_config(config: Any, b: Branching) -> Any:
+    """The small round with the big round's change (see CONTROLLED): the same clip range
+    at the small round's own minibatches and samples."""
+    if b.use == "clip":
+        return dataclasses.replace(config, clip_coef=widened_clip(config, b))
+    raise ValueError(f"--use {b.use} has no control arm; those that do: {CONTROLLED}")
+
+
+def arms(config: Any, b: Branching) -> list[tuple[str, int, Any]]:
+    """Each branch's arms: a label, its actors and its learner configuration (None: the
+    run's own)."""
+    out = [("small", b.small, None), ("big", b.big, big_config(config, b))]
+    if b.use in CONTROLLED:
+        out.append(("control", b.small, control_config(config, b)))
+    return out
 
 
 def fork(learner: Any, config: Any = None) -> Any:
@@ -189,9 +226,8 @@ def branch_probe(b: Branching) -> type:
             try:
                 for r in range(b.replicates):
                     seed = 1_000_000 * ctx.seed + 1_000 * ctx.round + r
-                    for label, actors in (("small", b.small), ("big", b.big)):
-                        twin = fork(learner, None if label == "small" else
-                                    big_config(learner.core.config, b))
+                    for label, actors, config in arms(learner.core.config, b):
+                        twin = fork(learner, config)
                         torch.manual_seed(seed)
                         for k in range(b.horizon):  # each round samples the twin's policy
                             twin.update([self._round(twin, actors, seed + 7_919 * k)])
@@ -233,6 +269,8 @@ def run_seed(seed: int, rounds: int, b: Branching) -> list[dict[str, Any]]:
                      "eval_before": values["eval_before"], "branch_s": values.get("branch_s"),
                      "small": [values[f"small_{r}"] for r in range(b.replicates)],
                      "big": [values[f"big_{r}"] for r in range(b.replicates)],
+                     **({"control": [values[f"control_{r}"] for r in range(b.replicates)]}
+                        if b.use in CONTROLLED else {}),
                      **{k: values.get(k) for k in SIGNALS}})
     return rows
 
@@ -322,6 +360,10 @@ def analyse(rows: list[dict[str, Any]]) -> dict[str, Any]:
         top.extend(adv[order[-k:]])
     out["top_third_rho"] = mean_ci(np.array(top))
     out["bottom_third_rho"] = mean_ci(np.array(bottom))
+    if all("control" in r for r in rows):
+        gain_control = np.array([np.mean(r["control"]) - r["eval_before"] for r in rows])
+        out["gain_control"] = mean_ci(gain_control)
+        out["advantage_over_control"] = mean_ci(gain_big - gain_control)
     return out
 
 
@@ -352,7 +394,11 @@ def render(data: dict[str, Any]) -> str:
                   [f"{b['big']} minus {b['small']} (the advantage)", ci(a["advantage"])],
                   ["advantage, the third of each run's branches where rho stands highest "
                    "above its trend", ci(a["top_third_rho"])],
-                  ["advantage, the third where it stands lowest", ci(a["bottom_third_rho"])]]),
+                  ["advantage, the third where it stands lowest", ci(a["bottom_third_rho"])],
+                  *([[f"{b['small']} actors with the big round's {b.get('use')} (the "
+                      "control)", ci(a["gain_control"])],
+                     [f"{b['big']} minus the control (what the samples add)",
+                      ci(a["advantage_over_control"])]] if "gain_control" in a else [])]),
         "",
         *([f"Two draws of the same round size land {a['replicate_sd']:.0f} apart (sd): the "
            "noise each gain carries.", ""] if a["replicate_sd"] is not None else []),

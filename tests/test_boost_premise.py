@@ -28,7 +28,7 @@ def leaves(tree, prefix=""):
 
 
 @pytest.mark.parametrize(("horizon", "use"), [(1, "count"), (2, "count"), (1, "steps"),
-                                             (1, "lr")])
+                                             (1, "lr"), (1, "clip")])
 def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon, use):
     import torch
 
@@ -50,6 +50,7 @@ def test_a_branch_trains_copies_and_leaves_the_run_as_it_was(horizon, use):
     values = probe.measure(ProbeContext(round=3, learner=learner, batches=[], seed=4))
 
     assert {"eval_before", "small_0", "big_0", "branch_s"} <= values.keys()
+    assert ("control_0" in values) == (use in bp.CONTROLLED)
     after = dict(leaves(learner.state()))
     assert before.keys() == after.keys()
     for key, value in before.items():
@@ -83,6 +84,27 @@ def test_each_use_of_the_big_round_changes_only_what_it_names():
     assert PPO.lr_size_factor(SimpleNamespace(config=config), big_batch / 32) == 1.0
     with pytest.raises(ValueError, match="--use must be one of"):
         bp.big_config(config, bp.dataclasses.replace(b, use="epochs"))
+
+
+def test_the_clip_use_widens_the_range_by_the_square_root_rule_and_controls_for_it():
+    """``clip`` is ``steps`` with the clip range x sqrt(big / small); its control arm is the
+    small round with that range and nothing else changed."""
+    from algos.ppo import PPOConfig
+
+    config = PPOConfig(num_minibatches=32, update_epochs=10, clip_coef=0.2)
+    b = bp.Branching(every=2, start=2, small=8, big=64, replicates=1, episodes=1, steps=512,
+                     use="clip")
+    steps = bp.big_config(config, bp.dataclasses.replace(b, use="steps"))
+    clip = bp.big_config(config, b)
+    assert clip == bp.dataclasses.replace(steps, clip_coef=pytest.approx(0.2 * 8 ** 0.5))
+    control = bp.control_config(config, b)
+    assert control == bp.dataclasses.replace(config, clip_coef=clip.clip_coef)
+    assert [(label, n) for label, n, _ in bp.arms(config, b)] == \
+        [("small", 8), ("big", 64), ("control", 8)]
+    assert [label for label, *_ in bp.arms(config, bp.dataclasses.replace(b, use="lr"))] == \
+        ["small", "big"]
+    with pytest.raises(ValueError, match="no control arm"):
+        bp.control_config(config, bp.dataclasses.replace(b, use="steps"))
 
 
 def rows_with(advantage_of, seeds=4, rounds=20):
@@ -119,3 +141,15 @@ def test_the_table_is_recomputed_from_the_rows():
     page = bp.render(data)
     assert "80 branches over seeds 1, 2, 3, 4" in page
     assert "| 64 minus 8 (the advantage) | +30 [+30, +30] |" in page
+    assert "control" not in page
+
+
+def test_the_control_arm_is_reported_when_its_rows_have_it():
+    rows = rows_with(lambda log_rho, noise: 30.0)
+    for r in rows:
+        r["control"] = [120.0, 120.0]  # a gain of 20 against the small round's 10
+    data = {"branching": {"every": 2, "start": 2, "small": 8, "big": 64, "replicates": 2,
+                          "episodes": 10, "steps": 512, "use": "clip"}, "rows": rows}
+    page = bp.render(data)
+    assert "| 8 actors with the big round's clip (the control) | +20 [+20, +20] |" in page
+    assert "| 64 minus the control (what the samples add) | +20 [+20, +20] |" in page
