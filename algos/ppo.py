@@ -11,6 +11,7 @@ gradients and Hessian-vector products of exactly the loss the learner optimises,
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,11 @@ class PPOConfig(NetworkConfig):
     """samples per minibatch at which learning_rate applies; when set, the rate follows the
     minibatch size by Adam's square-root rule, lr * sqrt(size / reference), so a boosted
     round's bigger (less noisy) steps are also longer. None keeps the rate whatever the size"""
+    clip_reference_batch: int | None = None
+    """samples per round at which clip_coef applies; when set, the clip range (the policy's
+    and the value's) follows the round's batch by the same square-root rule, clip_coef *
+    sqrt(batch / reference): the surrogate's sampling error shrinks as the square root of the
+    samples behind it, so a boosted round may move as much further. None keeps the range"""
     adam_eps: float = 1e-5
     """Adam's epsilon (1e-5 as in the PPO implementation details, not torch's 1e-8)"""
     decoupled: bool = True
@@ -188,6 +194,7 @@ class PPO(LearnerCore):
     ):
         super().__init__(spaces, config if config is not None else PPOConfig(), device)
         self.config: PPOConfig
+        self.loss_config = self.config  # the last update's (its clip range may follow its batch)
 
     # ---- learning ---------------------------------------------------------------------------
     def batch_inputs(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
@@ -251,8 +258,9 @@ class PPO(LearnerCore):
     def loss(
         self, mb: dict[str, torch.Tensor], params: dict[str, torch.Tensor] | None = None
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """`ppo_loss` with this learner's model and config (for probes)."""
-        return ppo_loss(self.model, mb, self.config, params)
+        """`ppo_loss` with this learner's model and the config of its last update (for probes:
+        the loss the learner optimised, at the clip range that round's batch set)."""
+        return ppo_loss(self.model, mb, self.loss_config, params)
 
     def probe_batch(self, rollout: dict[str, np.ndarray]) -> dict[str, torch.Tensor]:
         """The batch the last update optimised when `rollout` is the one it was given (the
@@ -268,6 +276,12 @@ class PPO(LearnerCore):
         rate was tuned at; 1 when no reference is set."""
         reference = self.config.lr_reference_minibatch
         return 1.0 if reference is None else math.sqrt(minibatch_samples / reference)
+
+    def clip_for(self, batch_samples: int) -> float:
+        """The clip range of a round of ``batch_samples`` (clip_reference_batch's rule)."""
+        reference = self.config.clip_reference_batch
+        scale = 1.0 if reference is None else math.sqrt(batch_samples / reference)
+        return self.config.clip_coef * scale
 
     def update(
         self,
@@ -290,6 +304,8 @@ class PPO(LearnerCore):
         # Annealing the rate if instructed to do so, at the size of this round's minibatches.
         lrnow = set_learning_rate(self.optimizer, c.learning_rate * self.lr_size_factor(
             batch_size / minibatches), c.anneal_lr, progress)
+        if c.clip_reference_batch is not None:
+            c = self.loss_config = dataclasses.replace(c, clip_coef=self.clip_for(batch_size))
 
         # ALGO LOGIC: optimizing the policy and value network
         self.model.train()
@@ -323,5 +339,6 @@ class PPO(LearnerCore):
             "old_approx_kl": parts["old_approx_kl"].item(),
             "approx_kl": parts["approx_kl"].item(),
             "clipfrac": torch.stack(clipfracs).mean().item(),
+            "clip_coef": c.clip_coef,
             "explained_variance": explained_variance(b_values, b_returns),
         }

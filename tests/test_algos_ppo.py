@@ -16,7 +16,7 @@ import torch
 
 from algos.actor import make_actor_policy
 from algos.policy import ActorPolicy
-from algos.ppo import PPO, PPOConfig, compute_gae
+from algos.ppo import PPO, PPOConfig, compute_gae, ppo_loss
 
 DISCRETE = {"obs_shape": [4], "obs_dtype": "float32", "action": {"kind": "discrete", "n": 2}}
 BOX = {
@@ -276,6 +276,29 @@ def test_learning_rate_follows_the_minibatch_size_by_the_square_root_rule() -> N
     assert fixed_size.update(big, progress=0.0)["learning_rate"] == pytest.approx(3e-4)
     plain = PPO(DISCRETE, PPOConfig(num_minibatches=4, update_epochs=1))
     assert plain.update(big, progress=0.0)["learning_rate"] == pytest.approx(3e-4)
+
+
+def test_clip_range_follows_the_round_by_the_square_root_rule_and_the_probe_sees_it() -> None:
+    """With a reference batch the clip range is clip_coef * sqrt(batch / reference) for the
+    policy and the value alike, and ``loss`` (what the probes differentiate) uses the range of
+    the last update; without one the range stays put."""
+    torch.manual_seed(0)
+    ppo = PPO(DISCRETE, PPOConfig(num_minibatches=4, clip_reference_batch=128,
+                                  update_epochs=1))
+    small, big = synthetic_rollout(ppo, 32, 4), synthetic_rollout(ppo, 32, 16)
+    assert ppo.update(small, progress=0.0)["clip_coef"] == pytest.approx(0.2)  # 128 samples
+    assert ppo.update(big, progress=0.0)["clip_coef"] == pytest.approx(0.4)  # 512 samples
+    assert ppo.config.clip_coef == 0.2  # the plan's value is kept, the round's is derived
+    mb = ppo.probe_batch(big)
+    with torch.no_grad():
+        # Far from the behaviour policy, the clipped value loss depends on the range.
+        ppo.model.critic[-1].bias.add_(5.0)
+        _, parts = ppo.loss(mb)
+        _, at_plan_range = ppo_loss(ppo.model, mb, ppo.config)
+        _, at_round_range = ppo_loss(ppo.model, mb, ppo.loss_config)
+    assert parts["v_loss"] == at_round_range["v_loss"] != at_plan_range["v_loss"]
+    plain = PPO(DISCRETE, PPOConfig(num_minibatches=4, update_epochs=1))
+    assert plain.update(big, progress=0.0)["clip_coef"] == 0.2
 
 
 # torch's forward-AD decompositions still call torch.jit.script on first use (not our code).

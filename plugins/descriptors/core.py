@@ -45,6 +45,9 @@ PPO_CONFIG = {
                                     "tuned at; when set, the rate follows the minibatch size by "
                                     "Adam's square-root rule (a boosted round takes longer "
                                     "steps).", min=1),
+    "clip_reference_batch": Field("int", None, "Samples per round the clip range was tuned "
+                                  "at; when set, the range follows the round's batch by the "
+                                  "square-root rule (a boosted round may move further).", min=1),
     **NETWORK_FIELDS,
     "adam_eps": Field("float", 1e-5, "Adam epsilon.", min=0, min_exclusive=True),
     "decoupled": Field("bool", True, "Clip against the learner's policy at the update's start "
