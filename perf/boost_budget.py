@@ -99,6 +99,15 @@ SETTINGS = {
     "anchored8_p4_lr": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
                         'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]',
                         "algo.lr_reference_minibatch=64"],
+    # A clip range that follows the round's batch by the square-root rule, from the 0.2 of
+    # 8 actors' 4,096 samples (the premise test's ``--use clip`` found it the one use that lets
+    # a bigger round improve the policy more): N = 4: 0.14, N = 16: 0.28. At N = 8 it is the
+    # plan's 0.2, so fixed8 is its own baseline.
+    "fixed16_clip": ['scaler={name="fixed"}', "actors.count=16",
+                     "algo.clip_reference_batch=4096"],
+    "anchored8_p4_clip": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
+                          'probes=[{name="eval", every=10, episodes=10}, '
+                          '{name="hessian", every=4}]', "algo.clip_reference_batch=4096"],
     # Calibration for a task's time model (``fit``): the Hessian and gns probes run every
     # round at a fixed N, so updates and probes are seen many times at two sizes (the gns
     # probe takes 1,024 samples at N = 2 and its cap of 4,096 at N = 16).

@@ -307,6 +307,9 @@ def test_boost_study_settings_build_valid_plans():
             assert every_round >= ({"gns"} if name.startswith("gns_n") else {"hessian", "gns"})
         if name.endswith("_lr"):
             assert plan["algo"]["lr_reference_minibatch"] == 64, name
+        if name.endswith("_clip"):  # the plan's range at 8 actors of 2 envs x 256 steps
+            assert plan["algo"]["clip_reference_batch"] == 8 * plan["env"]["num_envs"] * \
+                plan["actors"]["steps"], name
         if name.startswith("spend"):
             steps = plan["scaler"]["steps"]
             assert steps[0] == plan["actors"]["count"] and len(plan["scaler"]["at"]) == \
