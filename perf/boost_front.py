@@ -65,6 +65,12 @@ STUDIES = (
     Study("halfcheetah", "HalfCheetah-v5, study 11 (held out)", "halfcheetah/gpu-model",
           ("fixed2", "fixed4", "fixed8", "fixed16")),
     Study("ant", "Ant-v5, study 12 (held out)", "ant/gpu-model", ("fixed4", "fixed8", "fixed16")),
+    Study("hopper_clip", "Hopper-v5, study 16: study 3's setup, a clip range that follows "
+          "the round", "gpu-model-clip", ("fixed8", "fixed16"),
+          default=("anchored8_p4_clip",)),
+    Study("walker2d_clip", "Walker2d-v5, study 16: study 6's setup, a clip range that follows "
+          "the round", "walker2d/gpu-model-cuda-clip", ("fixed8",),
+          default=("anchored8_p4_clip",)),
     Study("paper_hopper", "Hopper-v5, study 10: the paper's protocol (50 rounds), Lambda billed",
           "paper-model-cuda/Hopper-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
           ("prototype", "prototype_fullbatch", "nitro", "decay_only", "hydrozoa", "kungfu",
