@@ -108,6 +108,16 @@ SETTINGS = {
     "anchored8_p4_clip": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
                           'probes=[{name="eval", every=10, episodes=10}, '
                           '{name="hessian", every=4}]', "algo.clip_reference_batch=4096"],
+    # The same around N = 4 (Humanoid-v5's best fixed N), its range at 0.2 for 4 actors'
+    # 2,048 samples: N = 2 clips at 0.14, N = 8 at 0.28, and fixed4 is its own baseline.
+    "anchored4_p4_clip": ['scaler={name="nitro", rule="anchored"}', "actors.count=4",
+                          'probes=[{name="eval", every=10, episodes=10}, '
+                          '{name="hessian", every=4}]', "algo.clip_reference_batch=2048"],
+    # Four actors at the range the clip option gives them beside 8 (0.14 every round): the
+    # anchored rule with the option spends most of its rounds below 8 at such ranges, so this
+    # tells whether the narrower range of its cut rounds is what lifts it.
+    "fixed4_clip": ['scaler={name="fixed"}', "actors.count=4",
+                    "algo.clip_reference_batch=4096"],
     # Calibration for a task's time model (``fit``): the Hessian and gns probes run every
     # round at a fixed N, so updates and probes are seen many times at two sizes (the gns
     # probe takes 1,024 samples at N = 2 and its cap of 4,096 at N = 16).
