@@ -71,6 +71,9 @@ STUDIES = (
     Study("walker2d_clip", "Walker2d-v5, study 16: study 6's setup, a clip range that follows "
           "the round", "walker2d/gpu-model-cuda-clip", ("fixed8",),
           default=("anchored8_p4_clip",)),
+    Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
+          "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
+          default=("anchored8_p4_clip", "anchored4_p4_clip")),
     Study("paper_hopper", "Hopper-v5, study 10: the paper's protocol (50 rounds), Lambda billed",
           "paper-model-cuda/Hopper-v5/aws-gpu", ("fixed8", "fixed16", "fixed32"),
           ("prototype", "prototype_fullbatch", "nitro", "decay_only", "hydrozoa", "kungfu",
