@@ -68,6 +68,9 @@ STUDIES = (
     Study("hopper_clip", "Hopper-v5, study 16: study 3's setup, a clip range that follows "
           "the round", "gpu-model-clip", ("fixed8", "fixed16"),
           default=("anchored8_p4_clip",)),
+    Study("hopper_clip_epyc", "Hopper-v5, study 16 on an AMD EPYC: the rerun, with fixed4 at the "
+          "narrow range", "gpu-model-clip-epyc", ("fixed4", "fixed8"),
+          default=("anchored8_p4_clip",)),
     Study("walker2d_clip", "Walker2d-v5, study 16: study 6's setup, a clip range that follows "
           "the round", "walker2d/gpu-model-cuda-clip", ("fixed8",),
           default=("anchored8_p4_clip",)),
