@@ -68,6 +68,8 @@ ROUND_FIELDS = ("round", "actors", "env_steps", "round_env_steps", "eval_return"
 CALIBRATION_PROBES = ('probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=1}, '
                       '{name="gns", every=1}]')
 GNS_PROBES = 'probes=[{name="eval", every=10, episodes=10}, {name="gns", every=1}]'
+#: The Hessian measured every 4th round, N held in between (the rules' probe since study 7).
+HESSIAN_EVERY_4 = 'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'
 #: Each setting names the start count it ran with (the plan's count changed from 2 to 8 when
 #: the anchored rule became the default; the adaptive rules keep the 2 their stored runs used).
 SETTINGS = {
@@ -81,15 +83,12 @@ SETTINGS = {
     "nitro": ['scaler={name="nitro", rule="window"}', "actors.count=2"],
     # The same rule with the Hessian measured every 4th round (N held in between): what the
     # probe's own cost takes from nitro.
-    "nitro_p4": ['scaler={name="nitro", rule="window"}', "actors.count=2",
-                 'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    "nitro_p4": ['scaler={name="nitro", rule="window"}', "actors.count=2", HESSIAN_EVERY_4],
     # The anchored rule around N = 8 (the best fixed N of the Hopper studies), N in [4, 16],
     # the Hessian measured every 4th round: against fixed8 it is what the curvature adds.
-    "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
-                     'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    "anchored8_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=8", HESSIAN_EVERY_4],
     # The same around N = 4, for tasks whose best fixed N is 4 (Humanoid-v5): N in [2, 8].
-    "anchored4_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=4",
-                     'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]'],
+    "anchored4_p4": ['scaler={name="nitro", rule="anchored"}', "actors.count=4", HESSIAN_EVERY_4],
     # A learning rate that follows the minibatch size (Adam's square-root rule from the 64
     # samples per minibatch CleanRL tuned 3e-4 at): with --minibatches count a bigger round
     # takes bigger steps, and these let it take longer ones too (N = 8: x1.41, N = 16: x2).
@@ -97,8 +96,7 @@ SETTINGS = {
     "fixed16_lr": ['scaler={name="fixed"}', "actors.count=16",
                    "algo.lr_reference_minibatch=64"],
     "anchored8_p4_lr": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
-                        'probes=[{name="eval", every=10, episodes=10}, {name="hessian", every=4}]',
-                        "algo.lr_reference_minibatch=64"],
+                        HESSIAN_EVERY_4, "algo.lr_reference_minibatch=64"],
     # A clip range that follows the round's batch by the square-root rule, from the 0.2 of
     # 8 actors' 4,096 samples (the premise test's ``--use clip`` found it the one use that lets
     # a bigger round improve the policy more): N = 4: 0.14, N = 16: 0.28. At N = 8 it is the
@@ -106,13 +104,11 @@ SETTINGS = {
     "fixed16_clip": ['scaler={name="fixed"}', "actors.count=16",
                      "algo.clip_reference_batch=4096"],
     "anchored8_p4_clip": ['scaler={name="nitro", rule="anchored"}', "actors.count=8",
-                          'probes=[{name="eval", every=10, episodes=10}, '
-                          '{name="hessian", every=4}]', "algo.clip_reference_batch=4096"],
+                          HESSIAN_EVERY_4, "algo.clip_reference_batch=4096"],
     # The same around N = 4 (Humanoid-v5's best fixed N), its range at 0.2 for 4 actors'
     # 2,048 samples: N = 2 clips at 0.14, N = 8 at 0.28, and fixed4 is its own baseline.
     "anchored4_p4_clip": ['scaler={name="nitro", rule="anchored"}', "actors.count=4",
-                          'probes=[{name="eval", every=10, episodes=10}, '
-                          '{name="hessian", every=4}]', "algo.clip_reference_batch=2048"],
+                          HESSIAN_EVERY_4, "algo.clip_reference_batch=2048"],
     # Four actors at the range the clip option gives them beside 8 (0.14 every round): the
     # anchored rule with the option spends most of its rounds below 8 at such ranges, so this
     # tells whether the narrower range of its cut rounds is what lifts it.
