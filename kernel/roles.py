@@ -336,6 +336,10 @@ class CostModel(Lifecycle, Protocol):
     #: ``estimate_first_round_usd(actors) -> float | None``: the price of a first round,
     #: before anything was measured.
     estimate_first_round_usd = Capability(nothing)
+    #: ``stall_usd(actors) -> float | None``: what a stall of the machine (a busy scheduler, a
+    #: garbage-collector pause) would add to a round of ``actors`` actors, where the bill
+    #: follows the clock; None or 0 where it does not (a time model prices the work done).
+    stall_usd = Capability(nothing)
 
 
 class Sink(Lifecycle, Protocol):

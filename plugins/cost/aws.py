@@ -139,6 +139,7 @@ class AwsCost:
         self.vm_startup_s = float(cfg["vm_startup_s"])
         self.actors_per_vm = int(cfg["actors_per_vm"])
         self.margin = float(cfg["estimate_margin"])
+        self.stall_s = float(cfg["stall_s"])
         #: Durations from the work done instead of the clock (``plugins/cost/time_model.py``).
         self.model = TimeModel.from_config(cfg)
         self.cold_start_s = float(actors.get("sim_cold_start_s") or 0.0)
@@ -334,6 +335,19 @@ class AwsCost:
         envelope = self.margin * (actors_usd + seconds * self.time_usd_per_s())
         bound = self.model_round_usd(actors, cold)
         return envelope if bound is None else max(envelope, bound)
+
+    def stall_usd(self, actors: int) -> float:
+        """What ``stall_s`` more of the clock adds to a round of ``actors`` actors: the learner
+        and Redis, and the actors (local ones share the stalled machine; a real Lambda's
+        duration can be held up by the same call's caller). Nothing under the time model, whose
+        durations follow the work done, not the clock."""
+        if self.model is not None:
+            return 0.0
+        if self.kind == "vm":
+            actors_per_s = self.vms_for(actors) * self.vm_usd_per_hour / 3600
+        else:
+            actors_per_s = actors * self.memory_gb * self.gb_s_usd
+        return self.stall_s * (self.time_usd_per_s() + actors_per_s)
 
     def model_round_usd(self, actors: int, cold: int) -> float | None:
         """Under the time model a round's price is known before it runs, except for how many

@@ -28,6 +28,7 @@ class PrototypeCost:
         self.charge_probe = bool(cfg["charge_probe"])
         self.margin = float(cfg["estimate_margin"])
         self.times = RoundTimes(int(cfg["estimate_rounds"]))
+        self.stall_s = float(cfg["stall_s"])
 
     def duration_s(self, record: RoundRecord) -> float:
         """The round's charged duration: training time, the probe only when asked."""
@@ -55,6 +56,10 @@ class PrototypeCost:
 
     def estimate_first_round_usd(self, actors: int) -> float:
         return 0.0
+
+    def stall_usd(self, actors: int) -> float:
+        """What ``stall_s`` more of the clock adds to a round: every second is billed."""
+        return self.stall_s * (self.learner_usd_per_h + self.actors_usd_per_h) / 3600
 
     def state(self) -> dict[str, Any]:
         return {"times": [list(p) for p in self.times.points]}

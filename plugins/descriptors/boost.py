@@ -35,6 +35,10 @@ AWS_COST_CONFIG = {
                              min=1),
     "estimate_rounds": Field("int", 8, "Recent rounds the estimate's envelope is fitted on.",
                              min=1),
+    "stall_s": Field("float", 0.25, "Seconds of a stall of the machine (a busy scheduler, a "
+                     "garbage-collector pause) the budget keeps in hand when durations are "
+                     "measured: the first one cannot be foreseen from the rounds before it. "
+                     "Unused under the time model.", min=0),
     "time_model": Field("str", "measured", "Durations the bill and the simulated clock use: "
                         "'measured', or 'model' (the model_* keys: a function of the work "
                         "done, the same under any machine load).", choices=("measured", "model")),
@@ -146,6 +150,7 @@ PROTOTYPE_COST_CONFIG = {
                           "not)."),
     "estimate_margin": AWS_COST_CONFIG["estimate_margin"],
     "estimate_rounds": AWS_COST_CONFIG["estimate_rounds"],
+    "stall_s": AWS_COST_CONFIG["stall_s"],
 }
 
 GNS_SCALER_CONFIG = {
