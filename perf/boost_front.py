@@ -74,6 +74,9 @@ STUDIES = (
     Study("walker2d_clip", "Walker2d-v5, study 16: study 6's setup, a clip range that follows "
           "the round", "walker2d/gpu-model-cuda-clip", ("fixed8",),
           default=("anchored8_p4_clip",)),
+    Study("walker2d_clip_epyc", "Walker2d-v5, study 16 on an AMD EPYC: the rerun, with fixed4 "
+          "at both ranges", "walker2d/gpu-model-cuda-clip-epyc", ("fixed4", "fixed8"),
+          default=("anchored8_p4_clip",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
