@@ -109,6 +109,10 @@ EMPTY_ROUNDS_LIMIT = 3
 #: (a machine swapping, a debugger attached) must not strand more. A single stall of a loaded
 #: 2-core machine was measured at 2.3 % of a budget billed for about 3 s of the clock.
 RESERVE_SHARE = 0.03
+#: The least share of its budget a run stops having spent, when its smallest round costs less
+#: than the rest: a stall kept in hand is a guess at what has not happened, so it gives way
+#: before a run would end short of this (``StopRules.reserve_usd``).
+SPEND_FLOOR = 0.95
 
 
 class StopRules:
@@ -132,7 +136,8 @@ class StopRules:
 
     The first stall cannot be learned from the rounds before it (hundreds of rounds within 3 %
     of their estimates, then one seven times over), so where the bill follows the clock the
-    reserve is at least what the cost model says one stall adds to a round (``stall_usd``).
+    reserve is at least what the cost model says one stall adds to a round (``stall_usd``),
+    as far as the run still spends ``SPEND_FLOOR`` of its budget.
     """
 
     def __init__(self, plan: dict[str, Any], state: RunState, cost: CostModel,
@@ -167,12 +172,14 @@ class StopRules:
         """What to keep in hand beside ``estimate_usd`` of work started in rounds of up to
         ``actors`` actors: that work missing its estimate as badly as the worst round so far
         did, or one stall of such a round if that is more, at most ``RESERVE_SHARE`` of the
-        budget (0 without a budget)."""
+        budget (0 without a budget). The stall is kept only as far as the run would still
+        stop having spent ``SPEND_FLOOR`` of its budget; a miss seen is kept whatever it costs."""
         budget = self.limits["budget_usd"]
         if budget is None:
             return 0.0
         repeat = (self.state.estimate_miss - 1.0) * estimate_usd
-        stall = float(self.cost.stall_usd(max(1, actors)) or 0.0)
+        stall = min(float(self.cost.stall_usd(max(1, actors)) or 0.0),
+                    max(0.0, (1.0 - SPEND_FLOOR) * budget - estimate_usd))
         return min(max(repeat, stall), RESERVE_SHARE * budget)
 
     def fits(self, estimate_usd: float, pending_usd: float = 0.0, actors: int = 1) -> bool:

@@ -252,6 +252,28 @@ def test_a_first_stall_is_kept_in_hand_before_any_round_overran() -> None:
     assert rules.reserve_usd(1.2) == pytest.approx(RESERVE_SHARE * 1000.0)
 
 
+def test_a_stall_kept_in_hand_never_ends_a_run_short_of_95_percent() -> None:
+    """With one smallest round near 5 % of the budget, a whole stall kept beside it would stop
+    the run with more than 5 % unspent. The stall gives way first: what is kept is at most what
+    leaves the run stopping at ``SPEND_FLOOR`` of its budget; a miss already seen is kept in
+    full, as it says what the next round will cost."""
+    from kernel.run_state import SPEND_FLOOR
+
+    rules = _rules(budget=20.0)
+    rules.cost.stall = 0.5  # type: ignore[attr-defined]
+    _charge(rules, 0.5)                                         # estimate 1.2 x 0.5 = 0.6
+    assert rules.reserve_usd(0.6) == pytest.approx(0.4)         # 5 % of 20, less the 0.6
+    assert rules.reserve_usd(0.1) == pytest.approx(0.5)         # a whole stall fits
+    assert rules.reserve_usd(1.5) == 0.0
+    rules.state.cost_usd = 20.0 - 1.001                         # 5 % left: runs
+    assert rules.sized(1) == 1
+    rules.state.cost_usd = 20.0 - 0.99                          # less: stops, 95 % spent
+    assert rules.before_round() == "budget"
+    assert rules.state.cost_usd >= SPEND_FLOOR * 20.0
+    _charge(rules, 0.9)                                         # a miss of 1.5 is kept
+    assert rules.reserve_usd(1.08) == pytest.approx(0.5 * 1.08)  # in full, past the floor
+
+
 def test_the_aws_model_prices_a_stall_only_where_the_clock_sets_the_bill() -> None:
     """A stall holds up the learner (and Redis) and, measured by the clock, the actors; under
     the time model durations follow the work done, so no stall reaches the bill."""
