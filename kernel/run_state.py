@@ -109,9 +109,9 @@ EMPTY_ROUNDS_LIMIT = 3
 #: (a machine swapping, a debugger attached) must not strand more. A single stall of a loaded
 #: 2-core machine was measured at 2.3 % of a budget billed for about 3 s of the clock.
 RESERVE_SHARE = 0.03
-#: The least share of its budget a run stops having spent, when its smallest round costs less
-#: than the rest: a stall kept in hand is a guess at what has not happened, so it gives way
-#: before a run would end short of this (``StopRules.reserve_usd``).
+#: The least share of its budget a run should stop having spent (when its smallest round costs
+#: less than the rest of the budget): a stall kept in hand is a guess at what has not happened,
+#: so it gives way before a run would end short of this (``StopRules.reserve_usd``).
 SPEND_FLOOR = 0.95
 
 

@@ -338,9 +338,9 @@ class AwsCost:
 
     def stall_usd(self, actors: int) -> float:
         """What ``stall_s`` more of the clock adds to a round of ``actors`` actors: the learner
-        and Redis, and the actors (local ones share the stalled machine; a real Lambda's
-        duration can be held up by the same call's caller). Nothing under the time model, whose
-        durations follow the work done, not the clock."""
+        and Redis, and the actors (local actors and a local Lambda endpoint share the stalled
+        machine; on AWS their part is a margin). Nothing under the time model, whose durations
+        follow the work done, not the clock."""
         if self.model is not None:
             return 0.0
         if self.kind == "vm":
