@@ -134,6 +134,11 @@ SETTINGS = {
     # 8, N in [4, 16]; around 4, N in [2, 8].
     "grow8": ['scaler={name="grow"}', "actors.count=8"],
     "grow4": ['scaler={name="grow"}', "actors.count=4"],
+    # The same with the clip range following the round (study 17): the premise test found a
+    # big round paying only with a wider range, and paying more as training goes on, which is
+    # the schedule grow runs; its small early rounds then clip narrower, as fixed4_clip does.
+    "grow8_clip": ['scaler={name="grow"}', "actors.count=8", "algo.clip_reference_batch=4096"],
+    "grow4_clip": ['scaler={name="grow"}', "actors.count=4", "algo.clip_reference_batch=2048"],
     # The fixed counts' front followed in dollars (study 15): the count that led the front of
     # study 14 at each share of the budget, switched where the lead changed hands. An oracle
     # read off these very runs, not a rule: it asks whether one run can follow the envelope
