@@ -72,7 +72,11 @@ COMPARISONS = (
         ("boost_humanoid_gpu_model", "fixed8", "fixed4", "final_eval_return"),
         ("boost_humanoid_gpu_model", "fixed2", "fixed4", "final_eval_return"),
         ("boost_halfcheetah_gpu_model", "anchored8_p4", "fixed8", "cost_to_target_usd"),
-        ("boost_ant_gpu_model", "anchored8_p4", "fixed8", "final_eval_return"))),
+        ("boost_ant_gpu_model", "anchored8_p4", "fixed8", "final_eval_return"),
+        ("boost_hopper_gpu_model_clip_epyc", "grow8_clip", "fixed4", "cost_to_target_usd"),
+        ("boost_walker2d_gpu_model_cuda_clip_epyc", "grow8_clip", "fixed4", "final_eval_return"),
+        ("boost_walker2d_gpu_model_cuda_clip_epyc", "grow8_clip", "fixed4",
+         "cost_to_target_usd"))),
 )
 
 

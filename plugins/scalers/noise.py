@@ -223,7 +223,8 @@ class GrowScaler(Scaler):
     missing or unusable measurement keeps N.
 
     Measured at equal budget it did not pay: below the best fixed N on Hopper, Walker2d and
-    Humanoid (docs/boosting.md, study 13), so it is a baseline to compare, not the default.
+    Humanoid (docs/boosting.md, study 13), nor with the clip range following its rounds
+    (study 17), so it is a baseline to compare, not the default.
     """
 
     def __init__(self, ctx: PluginContext):
