@@ -307,9 +307,11 @@ def test_boost_study_settings_build_valid_plans():
             assert every_round >= ({"gns"} if name.startswith("gns_n") else {"hessian", "gns"})
         if name.endswith("_lr"):
             assert plan["algo"]["lr_reference_minibatch"] == 64, name
-        if name.endswith("_clip"):  # the plan's range at the anchor's samples (an anchored
-            # rule's own count) or at 8 actors' (a fixed count beside the rule around 8)
-            anchor = plan["actors"]["count"] if name.startswith("anchored") else 8
+        if name.endswith("_clip"):  # the plan's range at the anchor's samples (an adaptive
+            # rule's own count: anchoredN, growN) or at 8 actors' (a fixed count beside the
+            # rule around 8)
+            own = name.startswith(("anchored", "grow"))
+            anchor = plan["actors"]["count"] if own else 8
             assert plan["algo"]["clip_reference_batch"] == anchor * plan["env"]["num_envs"] * \
                 plan["actors"]["steps"], name
         if name.startswith("spend"):
