@@ -4,6 +4,7 @@ envs continue, so pinned calls must land on their place, in order, whatever fini
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -74,19 +75,29 @@ def test_a_place_whose_worker_is_killed_gets_a_fresh_worker_and_keeps_serving() 
     assert after != first  # a new worker in the same place
 
 
-def test_calls_still_waiting_for_a_place_fail_when_the_pool_closes() -> None:
-    async def main() -> str:
+def test_calls_waiting_for_a_place_or_a_reply_fail_promptly_when_the_pool_closes() -> None:
+    """Closing the pool fails the call waiting for a place and the call in flight at once:
+    the pipe the reply would come on is closed, so waiting out the call's 30 s timeout would
+    only hold up whoever closes the pool. The call in flight is billed the time it held its
+    worker."""
+    async def main() -> tuple[str, str, float, float]:
         pool = WorkerPool(1, name="test-pool")
         await pool.start()
         done: list[str] = []
-        busy = asyncio.create_task(_call(pool, "busy", 1.0, 0, done))
-        await asyncio.sleep(0.1)
+        busy = asyncio.create_task(_call(pool, "busy", 5.0, 0, done))
+        await asyncio.sleep(0.3)
         waiting = asyncio.create_task(_call(pool, "waiting", 0.0, 0, done))
         await asyncio.sleep(0.05)
+        t0 = time.monotonic()
         await pool.close()
-        await asyncio.gather(busy, return_exceptions=True)
-        with pytest.raises(WorkerFailed) as failed:
+        with pytest.raises(WorkerFailed) as in_flight:
+            await busy
+        with pytest.raises(WorkerFailed) as queued:
             await waiting
-        return failed.value.reason
+        return (in_flight.value.reason, queued.value.reason, time.monotonic() - t0,
+                in_flight.value.duration_ms)
 
-    assert asyncio.run(main()) == "closed"
+    busy_reason, waiting_reason, seconds, held_ms = asyncio.run(main())
+    assert (busy_reason, waiting_reason) == ("closed", "closed")
+    assert seconds < 4.0  # neither waited out the 5 s handler, nor its 30 s timeout
+    assert held_ms >= 300

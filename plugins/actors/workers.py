@@ -240,6 +240,8 @@ class WorkerPool:
         self._free: set[int] = set()
         #: Calls waiting for a place, oldest first: (the place wanted or None for any, future).
         self._waiting: deque[tuple[int | None, asyncio.Future[int]]] = deque()
+        #: Calls waiting for their worker's reply: worker id -> (the pipe's fd, its future).
+        self._receiving: dict[int, tuple[int, asyncio.Future[None]]] = {}
         self._next_id = 0
         self._closed = False
         self.started_workers = 0
@@ -385,6 +387,9 @@ class WorkerPool:
             log.warning("worker_killed", worker=worker.id, request_id=request_id, reason="timeout")
             raise WorkerFailed("timeout", f"no reply within {timeout_s:.1f}s",
                                duration_ms=(time.perf_counter() - t0) * 1000) from None
+        except WorkerFailed as exc:  # the pool closed during the call: it held the worker
+            exc.duration_ms = (time.perf_counter() - t0) * 1000
+            raise
         except (EOFError, OSError, BrokenPipeError) as exc:
             code = worker.process.exitcode
             log.warning("worker_died", worker=worker.id, request_id=request_id, exitcode=code)
@@ -401,10 +406,13 @@ class WorkerPool:
                 ready.set_result(None)
 
         loop.add_reader(fd, on_readable)
+        self._receiving[worker.id] = (fd, ready)
         try:
             await asyncio.wait_for(ready, max(timeout, 0.0))
         finally:
-            loop.remove_reader(fd)
+            if self._receiving.get(worker.id, (None, None))[1] is ready:
+                del self._receiving[worker.id]
+                loop.remove_reader(fd)
         # The whole message may still be in flight: read it off the loop's thread.
         return await asyncio.to_thread(worker.conn.recv_bytes)
 
@@ -414,6 +422,14 @@ class WorkerPool:
             if not future.done():
                 future.set_exception(WorkerFailed("closed", "worker pool is closed"))
         self._waiting.clear()
+        # A call in flight can never get its reply once the pipe is closed: fail it now
+        # rather than let it wait out its timeout (its worker is then killed, not replaced).
+        loop = asyncio.get_running_loop()
+        for fd, ready in self._receiving.values():
+            loop.remove_reader(fd)
+            if not ready.done():
+                ready.set_exception(WorkerFailed("closed", "worker pool closed during the call"))
+        self._receiving.clear()
         workers = list(self._slots)
         for worker in workers:
             with contextlib.suppress(Exception):
