@@ -410,8 +410,7 @@ class WorkerPool:
         try:
             await asyncio.wait_for(ready, max(timeout, 0.0))
         finally:
-            if self._receiving.get(worker.id, (None, None))[1] is ready:
-                del self._receiving[worker.id]
+            if self._receiving.pop(worker.id, None) is not None:  # else close() took it
                 loop.remove_reader(fd)
         # The whole message may still be in flight: read it off the loop's thread.
         return await asyncio.to_thread(worker.conn.recv_bytes)
