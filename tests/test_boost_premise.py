@@ -153,3 +153,22 @@ def test_the_control_arm_is_reported_when_its_rows_have_it():
     page = bp.render(data)
     assert "| 8 actors with the big round's clip (the control) | +20 [+20, +20] |" in page
     assert "| 64 minus the control (what the samples add) | +20 [+20, +20] |" in page
+
+
+def test_branches_without_a_positive_noise_scale_still_count_for_the_advantage_and_rho():
+    """The noise scale is an estimate that can come out at zero or below; dropping those
+    branches from everything would let one signal select the advantage the others are
+    tested against."""
+    rows = rows_with(lambda log_rho, noise: 10.0)
+    for r in rows[::4]:  # a quarter of the branches: no usable noise scale, a big advantage
+        r["gns"] = None if r["round"] % 4 else -3.0
+        r["big"] = [r["big"][0] + 40.0, r["big"][1] + 40.0]
+    a = bp.analyse(rows)
+    assert a["branches"] == 80 and a["gns_branches"] == 60
+    assert a["advantage"][0] == pytest.approx(20.0)  # 3/4 at +10, 1/4 at +50
+    assert not np.isnan(a["correlations"]["log gns, detrended"][0])
+    page = bp.render({"branching": {"every": 2, "start": 2, "small": 8, "big": 64,
+                                    "replicates": 2, "episodes": 10, "steps": 512},
+                      "rows": rows})
+    assert "80 branches over seeds" in page
+    assert "the noise scale's over the 60 branches where its estimate is positive" in page
