@@ -32,6 +32,7 @@ class RedisServer:
         self.tmp = tmp
         self.password = password
         self.proc: subprocess.Popen[bytes] | None = None
+        self._started = False
 
     @property
     def url(self) -> str:
@@ -39,19 +40,45 @@ class RedisServer:
         return f"redis://{auth}127.0.0.1:{self.port}/0"
 
     def start(self) -> None:
+        """Start on ``self.port``. The suite runs in parallel workers (``make test``), and a
+        port found free can be taken by another worker's server before ours binds it: then
+        ours exits at once, and a first start moves to a fresh port (a restart must keep its
+        port, so it fails instead)."""
+        for _ in range(3):
+            outcome = self._start_once()
+            if outcome == "up":
+                self._started = True
+                return
+            if outcome == "stuck" or self._started:
+                break
+            self.port = free_port()  # "exited": the port was taken
+        raise RuntimeError(f"redis-server did not start on port {self.port}")
+
+    def _start_once(self) -> str:
+        """``up``, ``exited`` (it could not bind) or ``stuck``. A server that answers while
+        ours has exited is another's, so ours must still be running once one answers."""
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.tmp)]
         if self.password:
             args += ["--requirepass", self.password]
-        self.proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
+        while time.monotonic() < deadline and proc.poll() is None:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
+                    pass
             except OSError:
                 time.sleep(0.05)
-        raise RuntimeError(f"redis-server did not start on port {self.port}")
+                continue
+            time.sleep(0.05)  # a server that lost the port exits within moments of starting
+            if proc.poll() is None:
+                self.proc = proc
+                return "up"
+        if proc.poll() is not None:
+            return "exited"
+        proc.kill()
+        proc.wait(timeout=10)
+        return "stuck"
 
     def stop(self) -> None:
         if self.proc is not None:

@@ -72,7 +72,11 @@ class Endpoint:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 60) -> Endpoint:
+    def start(self, timeout: float = 60, attempts: int = 3) -> Endpoint:
+        """Start and return once this endpoint (not another on the same port) is ready: its
+        own log says so. The suite's parallel workers each look for free ports, so the one
+        found can be taken before the endpoint binds it; it then exits, and the start moves
+        to a fresh port."""
         import socket
         import subprocess
         import sys
@@ -88,15 +92,20 @@ class Endpoint:
             cwd=root, env={**os.environ, **self.env},
             stdout=subprocess.DEVNULL, stderr=self._log,
         )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < started + timeout:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"endpoint exited: {self.log()[-2000:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return self
-            except OSError:
-                time.sleep(0.05)
+                text = self.log()
+                if "already in use" in text and attempts > 1:
+                    with socket.socket() as sock:
+                        sock.bind(("127.0.0.1", 0))
+                        self.port = sock.getsockname()[1]
+                    left = timeout - (time.monotonic() - started)
+                    return self.start(left, attempts - 1)
+                raise RuntimeError(f"endpoint exited: {text[-2000:]}")
+            if "lambda_endpoint_ready" in self.log():
+                return self
+            time.sleep(0.05)
         self.stop()
         raise RuntimeError("endpoint did not start")
 

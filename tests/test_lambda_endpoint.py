@@ -305,3 +305,24 @@ def test_a_busy_port_is_one_line_and_exit_2() -> None:
     lines = [line for line in result.stderr.strip().splitlines() if line]
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr[-2000:]
     assert f"port {port}" in lines[0] and "already in use" in lines[0]
+
+
+def test_a_test_endpoint_whose_port_was_taken_moves_to_a_free_one() -> None:
+    """The suite runs in parallel workers, each finding 'free' ports on its own: the port can
+    be taken before the endpoint binds it. The helper must then start on another port, and
+    never take the holder's listener for its own endpoint."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()  # accepts connections, as another worker's endpoint would
+    taken = holder.getsockname()[1]
+    ep = Endpoint("--handler", "tests.lambda_handlers:dispatch", "--preload", "")
+    ep.port = taken
+    try:
+        ep.start()
+        assert ep.port != taken
+        assert ep.stats()["requests"] == 0
+    finally:
+        ep.stop()
+        holder.close()

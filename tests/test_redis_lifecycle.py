@@ -19,7 +19,7 @@ import redis
 
 from kernel.engine import Engine
 from plugins.transports.redis_stream import batches_key
-from tests.conftest import PYTHON, ROOT, RedisServer
+from tests.conftest import PYTHON, ROOT, RedisServer, missing
 
 pytestmark = pytest.mark.redis
 
@@ -116,3 +116,29 @@ def test_a_crashed_run_expires(redis_server: RedisServer, tmp_path: Path) -> Non
     assert _state(r, run_id) == {"keys": [], "pending": 0, "ttls": {}}
     assert r.dbsize() == 0
     assert _used_memory(r) - before < MEMORY_SLACK
+
+
+def test_a_test_server_whose_port_was_taken_moves_to_a_free_one(tmp_path: Path) -> None:
+    """The suite runs in parallel workers, each finding 'free' ports on its own: a port can
+    be taken between the check and redis-server's bind. The test server must then start on
+    another port, and never take the holder's server for its own."""
+    import shutil
+    import socket
+
+    if shutil.which("redis-server") is None:
+        missing("redis-server is not installed")
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()  # answers connections, as another worker's server would
+    taken = holder.getsockname()[1]
+    server = RedisServer(tmp_path)
+    server.port = taken
+    try:
+        server.start()
+        assert server.port != taken
+        assert redis.Redis.from_url(server.url).ping()
+        server.restart()  # a restart keeps its (now free) port
+        assert redis.Redis.from_url(server.url).ping()
+    finally:
+        server.stop()
+        holder.close()

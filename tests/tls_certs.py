@@ -67,7 +67,9 @@ class TlsRedisServer:
         auth = f":{self.password}@" if self.password else ""
         return f"rediss://{auth}127.0.0.1:{self.port}/0"
 
-    def start(self) -> None:
+    def start(self, attempts: int = 3) -> None:
+        """Start, moving to a fresh port if the one found free was taken before redis-server
+        bound it (the suite's parallel workers each look for free ports)."""
         if shutil.which("redis-server") is None:
             raise TlsUnsupported("redis-server is not installed")
         args = ["redis-server", "--port", "0", "--tls-port", str(self.port),
@@ -86,6 +88,10 @@ class TlsRedisServer:
                 log = self._log.read_text(errors="replace") if self._log.exists() else ""
                 self.proc = None
                 text = out + log
+                if "already in use" in text.lower() and attempts > 1:
+                    self.port = free_port()
+                    self._log = self.tmp / f"redis-tls-{self.port}.log"
+                    return self.start(attempts - 1)
                 if "tls" in text.lower() or "Bad directive" in text:
                     raise TlsUnsupported(f"redis-server has no TLS support: {text[-300:]}")
                 raise RuntimeError(f"redis-server (TLS) exited: {text[-1000:]}")
