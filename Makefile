@@ -17,8 +17,13 @@ $(STAMP): pyproject.toml constraints.txt
 run: install
 	$(PY) -m kernel run plans/cartpole.toml
 
+# The suite in TEST_JOBS processes (pytest-xdist), each test file whole on one of them so a
+# module's expensive fixtures are built once. Most tests wait on real processes and servers,
+# so two jobs halve its wall time on two cores; TEST_JOBS=1 runs it in one process.
+TEST_JOBS ?= 2
+
 test: install
-	$(PY) -m pytest -q -m "not slow" tests
+	$(PY) -m pytest -q -m "not slow" -n $(TEST_JOBS) --dist loadfile tests
 
 test-all: install
 	$(PY) -m pytest -q tests
