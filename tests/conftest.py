@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import socket
@@ -22,6 +23,16 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def closed_port() -> Iterator[int]:
+    """A port where nobody listens, for as long as the block runs: bound but not listening, so
+    a connection is refused and no other test (the suite runs in parallel processes) can
+    start a server on it meanwhile, as it could on a port that was merely free."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield sock.getsockname()[1]
 
 
 class RedisServer:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, RedisServer, free_port, run_cli
+from tests.conftest import ROOT, RedisServer, closed_port, run_cli
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 LAMBDA_PLAN = str(ROOT / "plans" / "cartpole-lambda-local.toml")
@@ -20,12 +20,12 @@ LAMBDA_PLAN = str(ROOT / "plans" / "cartpole-lambda-local.toml")
 def test_a_lambda_plan_with_no_endpoint_fails_in_seconds_with_the_hint(
         redis_server: RedisServer, tmp_path: Path) -> None:
     out = tmp_path / "run"
-    port = free_port()  # nobody listens there
-    t0 = time.monotonic()
-    result = run_cli("run", LAMBDA_PLAN, "--out", str(out),
-                     "--set", f'actors.endpoint_url="http://127.0.0.1:{port}"',
-                     "--set", f'transport.url="{redis_server.url}"', timeout=120)
-    took = time.monotonic() - t0
+    with closed_port() as port:  # nobody listens there
+        t0 = time.monotonic()
+        result = run_cli("run", LAMBDA_PLAN, "--out", str(out),
+                         "--set", f'actors.endpoint_url="http://127.0.0.1:{port}"',
+                         "--set", f'transport.url="{redis_server.url}"', timeout=120)
+        took = time.monotonic() - t0
     assert result.returncode == 2, result.stderr[-3000:]
     assert "Traceback" not in result.stderr
     last = result.stderr.strip().splitlines()[-1]

@@ -18,6 +18,7 @@ from kernel.roles import Invocation, InvocationFailed, PluginContext, Receipt, U
 from kernel.schema import PlanError, validate_table
 from plugins.actors.aws_lambda import LambdaBackend
 from plugins.descriptors.aws_lambda import LAMBDA_CONFIG
+from tests.conftest import closed_port
 from tests.lambda_handlers import Endpoint
 
 
@@ -106,9 +107,9 @@ def test_client_errors_are_not_retried_and_connection_errors_are(endpoint: Endpo
     [err] = call(b, [{"op": "echo"}])
     assert isinstance(err, InvocationFailed) and "ResourceNotFoundException" in err.reason
     assert err.receipt.attempts == 1
-    closed = Endpoint()  # a free port with nobody listening
-    b = backend(closed.url, max_retries=2)
-    [err] = call(b, [{"op": "echo"}])
+    with closed_port() as port:
+        b = backend(f"http://127.0.0.1:{port}", max_retries=2)
+        [err] = call(b, [{"op": "echo"}])
     assert isinstance(err, InvocationFailed) and err.receipt.attempts == 3
     assert "connect" in err.reason
 
@@ -245,12 +246,11 @@ def _preflight(b: LambdaBackend) -> float:
 
 
 def test_preflight_names_an_unreachable_endpoint_quickly() -> None:
-    closed = Endpoint()  # a free port with nobody listening
-    with pytest.raises(Unreachable) as info:
-        _preflight(backend(closed.url))
+    with closed_port() as port, pytest.raises(Unreachable) as info:
+        _preflight(backend(f"http://127.0.0.1:{port}"))
     message = str(info.value)
     assert "\n" not in message
-    assert f"cannot reach the Lambda endpoint at {closed.url}" in message
+    assert f"cannot reach the Lambda endpoint at http://127.0.0.1:{port}" in message
     assert "is `nitro lambda serve` running?" in message
 
 

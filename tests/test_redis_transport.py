@@ -399,13 +399,14 @@ def test_pending_entries_whose_bodies_were_trimmed_are_acknowledged(
 def test_start_fails_in_seconds_when_redis_is_not_there(tmp_path: Path) -> None:
     """No minute of silent retries before round 1: one actionable line, no password."""
     from kernel.roles import Unreachable
-    from tests.conftest import free_port
+    from tests.conftest import closed_port
 
-    url = f"redis://:s3cret-pw@127.0.0.1:{free_port()}/0"  # nothing listens there
-    transport = make_transport(url, new_run_id(), tmp_path)
-    t0 = time.monotonic()
-    with pytest.raises(Unreachable) as info:
-        run(lambda: transport.start(None))  # type: ignore[arg-type]
+    with closed_port() as port:
+        url = f"redis://:s3cret-pw@127.0.0.1:{port}/0"  # nothing listens there
+        transport = make_transport(url, new_run_id(), tmp_path)
+        t0 = time.monotonic()
+        with pytest.raises(Unreachable) as info:
+            run(lambda: transport.start(None))  # type: ignore[arg-type]
     assert time.monotonic() - t0 < 10
     assert "is redis-server running" in str(info.value)
     assert "s3cret-pw" not in str(info.value)
