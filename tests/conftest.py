@@ -66,25 +66,35 @@ class RedisServer:
         raise RuntimeError(f"redis-server did not start on port {self.port}")
 
     def _start_once(self) -> str:
-        """``up``, ``exited`` (it could not bind) or ``stuck``. A server that answers while
-        ours has exited is another's, so ours must still be running once one answers."""
+        """``up``, ``exited`` (it could not bind) or ``stuck``. Up means the server answering
+        on the port says it is our process, not another test's."""
+        import redis
+
         args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
                 "--appendonly", "no", "--dir", str(self.tmp)]
         if self.password:
             args += ["--requirepass", self.password]
         proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        from redis.backoff import NoBackoff
+        from redis.retry import Retry
+
+        # One try per look (the client's own retries would wait seconds on a silent port).
+        client = redis.Redis(host="127.0.0.1", port=self.port, password=self.password,
+                             socket_timeout=0.5, socket_connect_timeout=0.2,
+                             retry=Retry(NoBackoff(), 0))
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    pass
-            except OSError:
+                answered = client.info("server")["process_id"]
+            except redis.RedisError:  # not up yet (or another's, refusing our password)
                 time.sleep(0.05)
                 continue
-            time.sleep(0.05)  # a server that lost the port exits within moments of starting
-            if proc.poll() is None:
+            if answered == proc.pid:
+                client.close()
                 self.proc = proc
                 return "up"
+            time.sleep(0.05)  # another's server: ours exits once it fails to bind
+        client.close()
         if proc.poll() is not None:
             return "exited"
         proc.kill()
