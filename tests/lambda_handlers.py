@@ -59,14 +59,18 @@ class Endpoint:
     stdlib only, so workers importing this module stay light)."""
 
     def __init__(self, *args: str, env: dict[str, str] | None = None):
+        self.port = self._free_port()
+        self.args = args
+        self.env = env or {}
+        self.proc: Any = None
+
+    @staticmethod
+    def _free_port() -> int:
         import socket
 
         with socket.socket() as sock:
             sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        self.args = args
-        self.env = env or {}
-        self.proc: Any = None
+            return sock.getsockname()[1]
 
     @property
     def url(self) -> str:
@@ -77,7 +81,6 @@ class Endpoint:
         own log says so. The suite's parallel workers each look for free ports, so the one
         found can be taken before the endpoint binds it; it then exits, and the start moves
         to a fresh port."""
-        import socket
         import subprocess
         import sys
         import tempfile
@@ -97,9 +100,7 @@ class Endpoint:
             if self.proc.poll() is not None:
                 text = self.log()
                 if "already in use" in text and attempts > 1:
-                    with socket.socket() as sock:
-                        sock.bind(("127.0.0.1", 0))
-                        self.port = sock.getsockname()[1]
+                    self.port = self._free_port()
                     left = timeout - (time.monotonic() - started)
                     return self.start(left, attempts - 1)
                 raise RuntimeError(f"endpoint exited: {text[-2000:]}")
