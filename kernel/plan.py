@@ -361,5 +361,7 @@ def _plugin_checks(plan: dict[str, Any], registry: Registry) -> None:
         except PlanError:
             raise
         except ValueError as exc:
-            raise PlanError(path, plugin.doc or f"a valid {kind} configuration", note=str(exc)) \
-                from None
+            # The plugin's own check says what is wrong; the expectation names the plugin, not
+            # its one-line description, which reads as nonsense after "expected".
+            raise PlanError(path, f"a valid configuration of the {kind} plugin "
+                            f"{plugin.name!r}", note=str(exc)) from None

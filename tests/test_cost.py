@@ -210,8 +210,11 @@ def test_learner_price_must_be_one_choice_in_the_plan() -> None:
     assert learner_usd_per_h(load_plan("plans/cartpole.toml")["cost"]) == 0.08925
     assert learner_usd_per_h(load_plan("plans/cartpole.toml",
                                        {"cost.learner": "gpu"})["cost"]) == 3.06
-    with pytest.raises(PlanError, match="learner = 'gpu', which has its own price"):
+    with pytest.raises(PlanError, match="learner = 'gpu', which has its own price") as bad:
         load_plan("plans/cartpole.toml", {"cost.learner_usd_per_h": 1.5, "cost.learner": "gpu"})
+    # The message names the section and the plugin whose check failed.
+    assert str(bad.value).startswith("cost: expected a valid configuration of the cost plugin "
+                                     "'aws' (")
     proto = load_plan("plans/cartpole.toml", {"cost.name": "prototype"})
     assert proto["cost"]["learner_usd_per_h"] == 3.06
 
