@@ -237,7 +237,7 @@ class Coordinator:
         for slot in self.roles.probes:
             if evaluation_only and not slot.evaluation:
                 continue
-            due = evaluation_only or number % max(1, slot.every) == 0
+            due = evaluation_only or self.due(slot.every, number)
             if not due or (not batches and not slot.evaluation):
                 continue
             t0 = time.perf_counter()
@@ -249,6 +249,24 @@ class Coordinator:
             self.publish(ev.ProbeMeasured(round=number, probe=slot.name, probe_s=probe_s,
                                           values=finite(measured)))
         return runs
+
+    @staticmethod
+    def due(every: int, number: int) -> bool:
+        """Whether a probe measuring every ``every`` rounds runs in round ``number``."""
+        return number % max(1, every) == 0
+
+    def decides_on(self, number: int) -> bool:
+        """Whether the scaler's decision after round ``number`` reads that round, so the next
+        fan-out must wait for it: an adaptive scaler's does, unless it names the probes it
+        reads (``reads_probes``) and none of them runs this round."""
+        scaler = self.roles.scaler
+        if not scaler.adaptive:
+            return False
+        reads = scaler.reads_probes
+        if reads is None:
+            return True
+        return any(slot.name in reads and self.due(slot.every, number)
+                   for slot in self.roles.probes)
 
     @staticmethod
     def score_of(runs: list[ProbeRun]) -> float | None:

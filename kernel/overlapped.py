@@ -19,7 +19,9 @@ measurements (``adaptive``):
   part-way through the update, with the weights of that moment (at ``run.snapshot_at``, or,
   unset, as late as lets the batches arrive when the update ends, judged from the last round);
 - an adaptive scaler (the Hessian-driven ones) decides after round t's probes, and round t+1
-  launches right then: the curvature of round t steers round t+1, never t+2.
+  launches right then: the curvature of round t steers round t+1, never t+2. In a round where
+  none of the probes it reads runs (``Scaler.reads_probes``; the Hessian every 4th round), its
+  decision cannot read the round, so it is asked ahead there as a fixed scaler is.
 
 Either way the fan-out is sized by the budget allocator, counting round t's cost not yet
 charged, and skipped when the plan's limits rule round t+1 out. A "round" in both modes is one
@@ -249,7 +251,7 @@ class OverlappedRounds:
         snapshot = None
         launch_after_decision = False
         if self.mode == "pipelined":
-            if c.roles.scaler.adaptive:
+            if c.decides_on(number):
                 launch_after_decision = True
             else:
                 snapshot = self._launch_ahead(number, n, batches, sample_s)

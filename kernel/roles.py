@@ -299,6 +299,12 @@ class Scaler(Lifecycle, Protocol):
     #: decision. A scaler that does not can be asked ahead, when an overlapped fan-out starts
     #: part-way through an update.
     adaptive = Capability(True)
+    #: Names of the probes (as the plan's ``[[probes]]`` entries name them) whose values are
+    #: all an adaptive scaler reads of a round. In a round where none of them runs, its
+    #: decision cannot depend on the round, so the next fan-out may be asked ahead there, as
+    #: for a scaler that is not adaptive (a Hessian probe every 4th round leaves 3 rounds in
+    #: 4 free to overlap). None: anything of a round may matter, so every decision waits.
+    reads_probes = Capability(None)
 
 
 @dataclass(slots=True)

@@ -614,3 +614,27 @@ def test_the_package_re_exports_every_scaler_lazily() -> None:
     assert factories <= set(plugins.scalers.__all__)
     with pytest.raises(AttributeError, match="no attribute 'Nope'"):
         plugins.scalers.Nope  # noqa: B018
+
+
+def test_nitro_names_the_probe_it_reads_and_keeps_n_when_asked_ahead() -> None:
+    # The Hessian probe alone, so a pipelined round where it skips may be asked ahead; a signal
+    # from a probe the scaler cannot name leaves every decision waiting for its round.
+    assert make(NitroScaler).reads_probes == frozenset({"hessian"})
+    assert make(PrototypeScaler).reads_probes == frozenset({"hessian"})
+    assert make(NitroScaler, signal="gns").reads_probes == frozenset({"gns"})
+    assert make(NitroScaler, signal="my_value").reads_probes is None
+    # Asked ahead of round 5 (its record not in the history yet), the anchored rule must not
+    # read round 4's rho a second time: N is kept and its moving statistics are untouched.
+    scaler = make(NitroScaler, base=4, min_history=1)
+    history = [rec(t, actors=4, probes={"hessian_ratio": rho})
+               for t, rho in enumerate([10.0, 10.0, 10.0, 100.0], start=1)]
+    for t in range(1, 5):
+        current = scaler.decide(sctx(history[:t], current=4))
+    assert current == 8  # round 4's jump boosted
+    seen, mean = scaler.seen, scaler.mean
+    ahead = ScaleContext(round=5, current=current, n_min=1, n_max=16, history=history,
+                         budget_left_usd=None, cost_per_actor_usd=None,
+                         rng=np.random.default_rng(0))
+    assert scaler.decide(ahead) == 8
+    assert scaler.last_detail["skipped"] == 1.0
+    assert (scaler.seen, scaler.mean) == (seen, mean)

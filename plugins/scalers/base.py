@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from kernel.roles import PluginContext, ScaleContext
+from kernel.roles import PluginContext, RoundRecord, ScaleContext
 from kernel.schema import Field, defaults
 
 
@@ -36,6 +36,15 @@ def scaler_config(ctx: PluginContext, fields: Mapping[str, Field]) -> dict[str, 
     """The scaler's section with every default its descriptor declares: a plan's section is
     complete already, a hand-made one (tests, embedding) is completed from the same fields."""
     return {**defaults(fields), **ctx.config}
+
+
+def this_round(ctx: ScaleContext) -> RoundRecord | None:
+    """The record of the round the decision follows, or None when the scaler is asked ahead
+    of it (an overlapped round still training): the history then ends with the round before,
+    whose measurements were read already and must not be read twice."""
+    if ctx.history and ctx.history[-1].round == ctx.round:
+        return ctx.history[-1]
+    return None
 
 
 class Scaler:

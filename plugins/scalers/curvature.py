@@ -11,7 +11,8 @@ from typing import Any
 
 from kernel.roles import PluginContext, RoundRecord, ScaleContext
 from plugins.descriptors.boost import NITRO_CONFIG, NO_BOOST_CONFIG
-from plugins.scalers.base import Scaler, finite, scaler_config
+from plugins.scalers.base import Scaler, finite, scaler_config, this_round
+from plugins.scalers.validation import SIGNAL_PROBE
 
 
 class NitroScaler(Scaler):
@@ -45,9 +46,18 @@ class NitroScaler(Scaler):
         # anchored: moving mean and variance of log rho, and how many values they hold
         self.mean, self.var, self.seen = 0.0, 0.0, 0
 
+    @property
+    def reads_probes(self) -> frozenset[str] | None:
+        """The Hessian probe alone, when the signal is its ratio: in a round it skips, N is
+        kept, so a pipelined run may launch that round's successor ahead (None for a signal
+        of another probe's, which may run in any round)."""
+        probe = SIGNAL_PROBE.get(self.signal)
+        return None if probe is None else frozenset({probe})
+
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round
-        rho = self.rho(ctx.history[-1]) if ctx.history else None
+        record = this_round(ctx)
+        rho = self.rho(record) if record is not None else None
         anchored = self.rule == "anchored" and not self.prototype_compat
         if rho is None or (anchored and rho <= 0):
             # No usable measurement this round: keep N rather than react to a missing value.
