@@ -616,25 +616,43 @@ def test_the_package_re_exports_every_scaler_lazily() -> None:
         plugins.scalers.Nope  # noqa: B018
 
 
-def test_nitro_names_the_probe_it_reads_and_keeps_n_when_asked_ahead() -> None:
+def test_nitro_names_the_probe_it_reads() -> None:
     # The Hessian probe alone, so a pipelined round where it skips may be asked ahead; a signal
     # from a probe the scaler cannot name leaves every decision waiting for its round.
     assert make(NitroScaler).reads_probes == frozenset({"hessian"})
     assert make(PrototypeScaler).reads_probes == frozenset({"hessian"})
     assert make(NitroScaler, signal="gns").reads_probes == frozenset({"gns"})
     assert make(NitroScaler, signal="my_value").reads_probes is None
-    # Asked ahead of round 5 (its record not in the history yet), the anchored rule must not
-    # read round 4's rho a second time: N is kept and its moving statistics are untouched.
-    scaler = make(NitroScaler, base=4, min_history=1)
-    history = [rec(t, actors=4, probes={"hessian_ratio": rho})
-               for t, rho in enumerate([10.0, 10.0, 10.0, 100.0], start=1)]
-    for t in range(1, 5):
-        current = scaler.decide(sctx(history[:t], current=4))
-    assert current == 8  # round 4's jump boosted
-    seen, mean = scaler.seen, scaler.mean
-    ahead = ScaleContext(round=5, current=current, n_min=1, n_max=16, history=history,
-                         budget_left_usd=None, cost_per_actor_usd=None,
+    assert make(KungfuScaler).reads_probes == make(GrowScaler).reads_probes == frozenset({"gns"})
+    assert make(GnsScaler, signal="my_value").reads_probes is None
+
+
+GNS_PARTS = [{"gns": g, "grad_norm_sq": 1.0, "trace_sigma": g} for g in (50.0, 80.0, 400.0, 900.0)]
+HESSIAN = [{"hessian_ratio": rho} for rho in (10.0, 10.0, 10.0, 100.0)]
+
+
+@pytest.mark.parametrize("cls,config,probes", [
+    (NitroScaler, {"base": 4, "min_history": 1}, HESSIAN),
+    (NitroScaler, {"rule": "window"}, HESSIAN),
+    (PrototypeScaler, {}, [{"hessian_ratio_prototype": v["hessian_ratio"]} for v in HESSIAN]),
+    (KungfuScaler, {}, GNS_PARTS),
+    (GnsScaler, {"min_history": 2, "threshold": 1.0}, GNS_PARTS),
+    (GrowScaler, {"warmup": 1}, GNS_PARTS),
+])
+def test_scaler_asked_ahead_keeps_n_and_reads_no_round_twice(
+        cls: type, config: dict[str, Any], probes: list[dict[str, float]]) -> None:
+    # Asked ahead of round 5 (its record not in the history yet: a pipelined round where the
+    # probe skips), a scaler must not read round 4's measurement a second time: N is kept
+    # and its state is what round 4 left.
+    scaler = make(cls, **config)
+    history = [rec(t, actors=4, probes=values) for t, values in enumerate(probes, start=1)]
+    current = 4
+    for t in range(1, len(history) + 1):
+        current = scaler.decide(sctx(history[:t], current=current))
+    before = json.dumps(scaler.state() if hasattr(scaler, "state") else None)
+    ahead = ScaleContext(round=len(history) + 1, current=current, n_min=1, n_max=16,
+                         history=history, budget_left_usd=None, cost_per_actor_usd=None,
                          rng=np.random.default_rng(0))
-    assert scaler.decide(ahead) == 8
+    assert scaler.decide(ahead) == current
     assert scaler.last_detail["skipped"] == 1.0
-    assert (scaler.seen, scaler.mean) == (seen, mean)
+    assert json.dumps(scaler.state() if hasattr(scaler, "state") else None) == before

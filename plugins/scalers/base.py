@@ -47,6 +47,16 @@ def this_round(ctx: ScaleContext) -> RoundRecord | None:
     return None
 
 
+def probe_read(signal: str) -> frozenset[str] | None:
+    """The probe that reports ``signal`` as a ``reads_probes`` value: a scaler that keeps N in a
+    round without its signal reads that probe alone; None for a signal whose probe is unknown
+    (a plugin's), so every decision waits for its round."""
+    from plugins.scalers.validation import SIGNAL_PROBE
+
+    probe = SIGNAL_PROBE.get(signal)
+    return None if probe is None else frozenset({probe})
+
+
 class Scaler:
     """Shared shell: clip to [n_min, n_max], then to the budget cap when ``cap`` is on.
 

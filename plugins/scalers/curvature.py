@@ -11,8 +11,7 @@ from typing import Any
 
 from kernel.roles import PluginContext, RoundRecord, ScaleContext
 from plugins.descriptors.boost import NITRO_CONFIG, NO_BOOST_CONFIG
-from plugins.scalers.base import Scaler, finite, scaler_config, this_round
-from plugins.scalers.validation import SIGNAL_PROBE
+from plugins.scalers.base import Scaler, finite, probe_read, scaler_config, this_round
 
 
 class NitroScaler(Scaler):
@@ -51,8 +50,7 @@ class NitroScaler(Scaler):
         """The Hessian probe alone, when the signal is its ratio: in a round it skips, N is
         kept, so a pipelined run may launch that round's successor ahead (None for a signal
         of another probe's, which may run in any round)."""
-        probe = SIGNAL_PROBE.get(self.signal)
-        return None if probe is None else frozenset({probe})
+        return probe_read(self.signal)
 
     def choose(self, ctx: ScaleContext) -> int:
         t = ctx.round

@@ -16,7 +16,7 @@ from plugins.descriptors.boost import (
     GROW_CONFIG,
     KUNGFU_CONFIG,
 )
-from plugins.scalers.base import Scaler, finite, scaler_config
+from plugins.scalers.base import Scaler, finite, probe_read, scaler_config, this_round
 
 
 class KungfuScaler(Scaler):
@@ -34,8 +34,13 @@ class KungfuScaler(Scaler):
         self.n: float | None = None
         self.previous: float | None = None
 
+    @property
+    def reads_probes(self) -> frozenset[str] | None:
+        return probe_read(self.signal)
+
     def choose(self, ctx: ScaleContext) -> int:
-        gns = finite(ctx.history[-1].probes.get(self.signal)) if ctx.history else None
+        record = this_round(ctx)
+        gns = finite(record.probes.get(self.signal)) if record is not None else None
         if self.n is None:
             self.n = float(self.base or ctx.n_min)
         if gns is None or gns <= 0:
@@ -68,9 +73,13 @@ class GnsScaler(Scaler):
         self.min_history = int(cfg["min_history"])
         self.signal = str(cfg["signal"])
 
+    @property
+    def reads_probes(self) -> frozenset[str] | None:
+        return probe_read(self.signal)
+
     def choose(self, ctx: ScaleContext) -> int:
         values = [finite(r.probes.get(self.signal)) for r in ctx.history]
-        current = values[-1] if values else None
+        current = values[-1] if this_round(ctx) is not None else None
         if current is None:
             self.last_detail = {"skipped": 1.0}
             return ctx.current
@@ -239,8 +248,11 @@ class GrowScaler(Scaler):
         self.measured = 0
         self.reference: float | None = None
 
+    #: The gns probe alone: a round without it keeps N.
+    reads_probes = frozenset({"gns"})
+
     def choose(self, ctx: ScaleContext) -> int:
-        record = ctx.history[-1] if ctx.history else None
+        record = this_round(ctx)
         if record is None or not self.noise.update(record):
             self.last_detail = {"skipped": 1.0}
             return ctx.current
