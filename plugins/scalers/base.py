@@ -9,6 +9,7 @@ from typing import Any
 
 from kernel.roles import PluginContext, RoundRecord, ScaleContext
 from kernel.schema import Field, defaults
+from plugins.scalers.validation import SIGNAL_PROBE
 
 
 def budget_cap(ctx: ScaleContext) -> int | None:
@@ -51,8 +52,6 @@ def probe_read(signal: str) -> frozenset[str] | None:
     """The probe that reports ``signal`` as a ``reads_probes`` value: a scaler that keeps N in a
     round without its signal reads that probe alone; None for a signal whose probe is unknown
     (a plugin's), so every decision waits for its round."""
-    from plugins.scalers.validation import SIGNAL_PROBE
-
     probe = SIGNAL_PROBE.get(signal)
     return None if probe is None else frozenset({probe})
 
