@@ -34,7 +34,7 @@ from kernel.bus import Bus, Policy
 from kernel.contract import Bound, PluginCrashed, PluginName, ProbeSlot, Roles, blame
 from kernel.coordinator import Coordinator
 from kernel.overlapped import OverlappedRounds
-from kernel.plan import apply_overrides, fixed_on_resume, load_plan, read_toml
+from kernel.plan import Overrides, apply_overrides, fixed_on_resume, load_plan, read_toml
 from kernel.registry import Registry, default_registry
 from kernel.roles import PluginContext
 from kernel.run_state import RunState, StopRules, summary_of
@@ -95,7 +95,7 @@ class Engine:
     def from_plan(
         cls,
         plan: str | os.PathLike[str] | Mapping[str, Any],
-        overrides: Mapping[str, Any] | Iterable[str] = (),
+        overrides: Overrides = (),
         *,
         out_dir: str | os.PathLike[str] | None = None,
         registry: Registry | None = None,

@@ -169,14 +169,24 @@ def parse_override(item: str) -> tuple[list[str], Any]:
     return key.split("."), value
 
 
-def override_pairs(overrides: Mapping[str, Any] | Iterable[str]) -> list[tuple[list[str], Any]]:
-    """``--set`` strings or a ``{"key.path": value}`` mapping as (path, value) pairs."""
+#: What an embedding caller may pass as overrides: ``--set`` strings (one, or several), a
+#: ``{"key.path": value}`` mapping, or None for none.
+Overrides = Mapping[str, Any] | Iterable[str] | str | None
+
+
+def override_pairs(overrides: Overrides) -> list[tuple[list[str], Any]]:
+    """``--set`` strings or a ``{"key.path": value}`` mapping as (path, value) pairs. A lone
+    string is one override, not an iterable of one-letter ones."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, str):
+        return [parse_override(overrides)]
     if isinstance(overrides, Mapping):
         return [(k.split("."), v) for k, v in overrides.items()]
     return [parse_override(item) for item in overrides]
 
 
-def apply_overrides(data: dict[str, Any], overrides: Mapping[str, Any] | Iterable[str]) -> None:
+def apply_overrides(data: dict[str, Any], overrides: Overrides) -> None:
     apply_pairs(data, override_pairs(overrides))
 
 
@@ -211,7 +221,7 @@ def _list_item(node: list[Any], part: str, where: str) -> Any:
 
 def load_plan(
     source: str | os.PathLike[str] | Mapping[str, Any],
-    overrides: Mapping[str, Any] | Iterable[str] = (),
+    overrides: Overrides = (),
     registry: Registry | None = None,
 ) -> dict[str, Any]:
     """Read, override and validate a plan; return it resolved (every default filled)."""

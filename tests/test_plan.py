@@ -63,6 +63,13 @@ def test_overrides_take_toml_values_and_bare_strings() -> None:
     assert plan["algo"]["hidden_sizes"] == [32, 32]
 
 
+def test_embedding_callers_may_pass_no_overrides_or_a_lone_string() -> None:
+    # None is "no overrides", and one string is one override: iterated, it would have been
+    # overrides named "s", "t", "o", ... each failing as a bad --set.
+    assert load_plan(CARTPOLE, None) == load_plan(CARTPOLE)
+    assert load_plan(CARTPOLE, "stop.max_env_steps=1234")["stop"]["max_env_steps"] == 1234
+
+
 def _write(tmp_path: Path, text: str) -> Path:
     path = tmp_path / "plan.toml"
     path.write_text(text)
