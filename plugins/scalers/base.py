@@ -60,7 +60,9 @@ class Scaler:
     """Shared shell: clip to [n_min, n_max], then to the budget cap when ``cap`` is on.
 
     ``adaptive`` says whether the choice reads the round's measurements: one that does not
-    can be asked ahead, while an overlapped round is still being measured."""
+    can be asked ahead, while an overlapped round is still being measured. One that reads only
+    certain probes names them (``reads_probes``) and is asked ahead in rounds they skip; it
+    reads its round through ``this_round``, which is None when asked ahead."""
 
     cap_to_budget = True
     adaptive = True
