@@ -160,9 +160,12 @@ class Coordinator:
         learner_s: float,
         actor_idle_s: float,
         after_decision: Callable[[RoundRecord], Awaitable[None]] | None = None,
+        head_start: float | None = None,
     ) -> RoundRecord:
         """Probes, cost, the scaler's decision and the round's facts. ``after_decision`` runs
-        as soon as the next round's size is known (an overlapped mode launches there)."""
+        as soon as the next round's size is known (an overlapped mode launches there);
+        ``head_start`` is how far ahead of the previous round's end this round's fan-out
+        started (``RoundRecord.head_start``)."""
         s, roles = self.state, self.roles
         runs = await self.probe(number, batches)
         probe_values = {k: v for run in runs for k, v in run.values.items()}
@@ -184,9 +187,17 @@ class Coordinator:
             probes=probe_values, probe_runs=runs,
         )
         # Simulated time is training time: evaluation is measured but left out, as from cost.
+        # A pipelined fan-out started during the previous round's training sampled while the
+        # learner was busy there, so only the rest of its sampling adds to this round's time.
+        previous = s.history[-1] if s.history else None
+        if previous is not None and previous.round == number - 1:
+            record.head_start = head_start
         if roles.actors.simulate:
-            record.sim_time_s = (roles.actors.simulated_actor_s(receipts) + learner_s
-                                 + probe_s - eval_s)
+            sampled_s = roles.actors.simulated_actor_s(receipts)
+            if previous is not None:
+                record.overlap_s = record.overlapped_s(
+                    sampled_s, previous.learner_s, previous.probe_s - previous.eval_s)
+            record.sim_time_s = sampled_s - record.overlap_s + learner_s + probe_s - eval_s
         else:
             record.sim_time_s = round_s - eval_s
 
@@ -220,7 +231,7 @@ class Coordinator:
             eval_return=eval_return, round_s=record.round_s, actor_s=actor_s,
             learner_s=learner_s, probe_s=probe_s, wall_s=self.rules.wall_s(),
             env_steps_per_s=round_steps / round_s if round_s > 0 else None,
-            cost_usd=s.cost_usd, sim_time_s=s.sim_time_s,
+            cost_usd=s.cost_usd, sim_time_s=s.sim_time_s, overlap_s=record.overlap_s,
             learner_busy=learner_s / round_s if round_s > 0 else 0.0,
             actor_idle_s=actor_idle_s, probes=finite(probe_values), metrics=finite(metrics),
             trained_fraction=self.intake.last_trained_fraction,

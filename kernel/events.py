@@ -194,6 +194,9 @@ class RoundFinished(Event):
     wall_s: float
     cost_usd: float
     sim_time_s: float
+    #: Simulated seconds of the round's sampling hidden behind the previous round's training
+    #: (pipelined rounds started ahead), left out of ``sim_time_s``.
+    overlap_s: float = 0.0
     #: Fraction of the round the learner spent updating (overlap shows as a higher value).
     learner_busy: float = 0.0
     #: Actor-seconds spent waiting for the learner (strict alternation: N x learner time).

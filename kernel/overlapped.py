@@ -141,11 +141,14 @@ class OverlappedRounds:
             self._spec = self.c.actor_spec()
         return self.intake.launch(number, self.c.state.version, count, self._spec)
 
-    def _launch_next(self, number: int, count: int) -> int:
+    def _launch_next(self, number: int, count: int, head_start: float | None) -> int:
         """Pipelined: start round ``number + 1``'s fan-out ahead of its round, and remember
-        what it was started with (weights, their version, the first invocation's index)."""
+        what it was started with (weights, their version, the first invocation's index) and
+        how much of round ``number``'s update was still to run (``RoundRecord.head_start``:
+        the simulated clock lets that much of the sampling hide behind the training)."""
         self._ahead = {"round": number + 1, "count": count, "version": self.c.state.version,
-                       "first_index": self.intake.run_index, "weights": self.c.published_weights}
+                       "first_index": self.intake.run_index, "weights": self.c.published_weights,
+                       "head_start": head_start}
         self._launched_next = self._launch(number + 1, count)
         return self._launched_next
 
@@ -211,11 +214,13 @@ class OverlappedRounds:
         c, s = self.c, self.c.state
         t_round = time.perf_counter()
         number = s.round + 1
+        ahead = self._ahead if self._ahead and self._ahead["round"] == number else None
         if not self._started:
             self._started = True
             resume, self._resume = self._resume, None
             if resume is not None and resume.get("ahead", {}).get("round") == number:
                 await self._relaunch(number, resume["ahead"])
+                ahead = self._ahead
             else:
                 await c.publish_weights(number)
                 self._launched_next = (self._fill() if self.mode == "async"
@@ -263,18 +268,20 @@ class OverlappedRounds:
             await snapshot_task  # its version must be published before the update's
         await c.publish_weights(number)
         if snapshot is not None and snapshot_task is None:
-            # The update ended before the snapshot point (an early KL stop): fresh weights.
-            self._launch_next(number, self._next_size)
+            # The update ended before the snapshot point (an early KL stop): fresh weights,
+            # with only the probes left to hide the sampling behind.
+            self._launch_next(number, self._next_size, head_start=0.0)
 
         async def launch_decided(record: RoundRecord) -> None:
             if c.rules.after_round(record) is None:
                 size = c.rules.fan_out_size(s.actors_next, 0, 0.0, rounds_pending=0)
-                self._launch_next(number, size)
+                self._launch_next(number, size, head_start=None)
 
         record = await c.finish_round(
             number, n, batches, receipts, metrics, t_round=t_round, actor_s=actor_s,
             learner_s=learner_s, actor_idle_s=0.0,
             after_decision=launch_decided if launch_after_decision else None,
+            head_start=ahead.get("head_start") if ahead is not None else None,
         )
         self._drained_uncharged = 0
         self.target = max(s.actors_next, c.rules.n_min)
@@ -315,7 +322,7 @@ class OverlappedRounds:
             return None
         at = self._snapshot_at(sample_s)
         if at is None:
-            self._launch_next(number, size)
+            self._launch_next(number, size, head_start=1.0)
             return None
         return self._snapshot_request(number, at)
 
@@ -334,16 +341,18 @@ class OverlappedRounds:
         loop = asyncio.get_running_loop()
 
         def start(weights: Weights) -> None:  # on the loop
-            self._snapshot_task = asyncio.create_task(self._publish_and_launch(number, weights))
+            self._snapshot_task = asyncio.create_task(
+                self._publish_and_launch(number, weights, head_start=1.0 - at))
 
         def deliver(weights: Weights) -> None:  # in the learner's thread
             loop.call_soon_threadsafe(start, weights)
 
         return SnapshotRequest(at=at, deliver=deliver)
 
-    async def _publish_and_launch(self, number: int, weights: Weights) -> None:
+    async def _publish_and_launch(self, number: int, weights: Weights,
+                                  head_start: float) -> None:
         await self.c.publish_weights(number, weights)
-        self._launch_next(number, self._next_size)
+        self._launch_next(number, self._next_size, head_start)
 
     def _report_lag(self, number: int, batches: list[Batch], stale: int,
                     trained_fraction: float | None) -> None:

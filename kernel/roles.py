@@ -262,6 +262,24 @@ class RoundRecord:
     eval_s: float = 0.0
     #: Each probe that ran this round, in plan order (``probe_s`` is their seconds' sum).
     probe_runs: list[ProbeRun] = field(default_factory=list)
+    #: Pipelined rounds: the share of the previous round's update still to run when this
+    #: round's fan-out started (its probes, evaluation aside, ran after that too); None when
+    #: the fan-out started after the previous round had trained (sync, a decision waited on).
+    head_start: float | None = None
+    #: Simulated seconds of this round's sampling that ran while the previous round trained,
+    #: left out of ``sim_time_s`` (the learner was billed for them in that round).
+    overlap_s: float = 0.0
+
+    def overlapped_s(self, actor_s: float, previous_update_s: float,
+                     previous_probe_s: float) -> float:
+        """Seconds of this round's sampling (``actor_s``, simulated) that the previous round's
+        training hid: a fan-out started part-way through that update samples while the rest of
+        it and the probes after it run. The clock, and the learner's bill, count only what is
+        left of the sampling after that; the invocations are billed in full either way."""
+        if self.head_start is None:
+            return 0.0
+        hidden = self.head_start * max(0.0, previous_update_s) + max(0.0, previous_probe_s)
+        return max(0.0, min(actor_s, hidden))
 
     @classmethod
     def from_plain(cls, raw: Mapping[str, Any]) -> RoundRecord:

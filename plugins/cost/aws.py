@@ -168,6 +168,9 @@ class AwsCost:
         #: actors' bills sum to about N times their mean, so the highest recent mean bounds
         #: them more tightly than the slowest actor would.
         self.per_actor: deque[float] = deque(maxlen=keep)
+        #: The time model's update and probe seconds of the round charged last: a pipelined
+        #: round's sampling hides behind what of them was left when its fan-out started.
+        self.trained_s: tuple[float, float] = (0.0, 0.0)
 
     # -- prices -------------------------------------------------------------------------------
 
@@ -247,7 +250,10 @@ class AwsCost:
         # checkpoint) keeps its measured probe time.
         if record.probe_runs:
             probe_s = self.model.probe_time_s(record.probe_runs)
-        record.sim_time_s = actor_s + self.model.update_s(record.env_steps) + probe_s
+        update_s = self.model.update_s(record.env_steps)
+        record.overlap_s = record.overlapped_s(actor_s, *self.trained_s)
+        self.trained_s = (update_s, probe_s)
+        record.sim_time_s = actor_s - record.overlap_s + update_s + probe_s
         return modelled, probe_s
 
     def _sim_cold(self, invoked: int) -> int:
@@ -396,7 +402,7 @@ class AwsCost:
     def state(self) -> dict[str, Any]:
         return {"sim_warm_pool": self.sim_warm_pool, "vms": self.vms,
                 "times": [list(p) for p in self.times.points],
-                "per_actor": list(self.per_actor)}
+                "per_actor": list(self.per_actor), "trained_s": list(self.trained_s)}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.sim_warm_pool = int(state["sim_warm_pool"])
@@ -404,3 +410,6 @@ class AwsCost:
         for actors, seconds in state["times"]:
             self.times.add(int(actors), float(seconds))
         self.per_actor.extend(float(v) for v in state["per_actor"])
+        # checkpoints from before pipelined rounds were credited their overlap lack it
+        update_s, probe_s = state.get("trained_s", (0.0, 0.0))
+        self.trained_s = (float(update_s), float(probe_s))

@@ -66,6 +66,9 @@ ROUND_METRICS: tuple[Metric, ...] = (
     Metric("learner_s", "time", "Seconds of the round's learner update."),
     Metric("probe_s", "time", "Seconds of the round's probes (evaluation included)."),
     Metric("sim_time_s", "time", "Simulated cloud time so far (wall time when not simulating)."),
+    Metric("overlap_s", "time",
+           "Simulated seconds of the round's sampling hidden behind the previous round's "
+           "training (pipelined fan-outs started ahead), left out of sim_time_s."),
     Metric("wall_s", "time", "Seconds since the run started.", "wall",
            sb3="time/time_elapsed"),
     Metric("round_cost_usd", "cost", "Dollars the round cost."),
