@@ -112,6 +112,19 @@ def test_measured_pipelined_rounds_are_credited_and_sync_rounds_are_not(tmp_path
             assert record.sim_time_s >= record.learner_s - 1e-12
 
 
+def test_async_rounds_are_clocked_without_credit(tmp_path: Path) -> None:
+    """An async fleet's invocations are not tied to one round's update: no head start is
+    recorded and the clock keeps its upper bound (sampling and training taking turns)."""
+    engine = Engine.from_plan(str(ROOT / "plans" / "cartpole-impala.toml"), {
+        "stop.max_rounds": 6, "stop.target_return": 1e9, "probes": [], "sinks": [],
+        "actors.simulate": True, "checkpoint.enabled": False}, out_dir=tmp_path / "async")
+    asyncio.run(engine.run())
+    history = engine.state.history
+    assert len(history) == 6
+    assert all(r.head_start is None and r.overlap_s == 0.0 for r in history)
+    assert all(r.sim_time_s >= r.learner_s for r in history)
+
+
 def test_a_resumed_pipelined_run_is_credited_as_the_uninterrupted_one(tmp_path: Path) -> None:
     """The head start of a fan-out in flight at a checkpoint, and the model's seconds of the
     round it overlapped, are kept: stopped after round 4 of 6 and resumed, every round is
