@@ -159,15 +159,23 @@ COMMON = ["checkpoint.enabled=false", "sinks=[]",
 MINIBATCHES = {"size": ["algo.minibatch_size=256"], "count": []}
 
 
+#: How rounds are scheduled. ``sync`` (the studies'): sample, then train. ``pipelined``: the
+#: next fan-out starts half-way through the update (a fixed snapshot point, so a seed replays),
+#: or after the decision where the scaler reads this round's probes; the simulated clock then
+#: leaves out the sampling the update hid.
+MODES = {"sync": [], "pipelined": ['run.mode="pipelined"', "run.snapshot_at=0.5"]}
+
+
 def common_sets(args: argparse.Namespace) -> list[str]:
-    return [*MINIBATCHES[args.minibatches], *COMMON]
+    return [*MINIBATCHES[args.minibatches], *MODES[args.mode], *COMMON]
 
 
 def variant(args: argparse.Namespace) -> str:
     """The study's folder and result-name suffix beyond task and price (``-model-cuda-mb32``)."""
     clock = "" if args.clock == "measured" else f"-{args.clock.replace('_', '-')}"
     label = f"-{args.label}" if args.label else ""
-    return clock + ("-mb32" if args.minibatches == "count" else "") + label
+    mode = "" if args.mode == "sync" else f"-{args.mode}"
+    return clock + ("-mb32" if args.minibatches == "count" else "") + mode + label
 
 
 def label_name(text: str) -> str:
@@ -626,6 +634,8 @@ def collect(args: argparse.Namespace) -> int:
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
                  + CLOCK_TITLES[args.clock]
+                 + (", pipelined rounds clocked for their overlap"
+                    if args.mode == "pipelined" else "")
                  + (f", the runs labelled `{args.label}` (a study of their own)"
                     if args.label else ""),
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": common_sets(args),
@@ -752,6 +762,9 @@ def argparse_parser() -> argparse.ArgumentParser:
     parser.add_argument("--minibatches", choices=tuple(MINIBATCHES), default="size",
                         help="size: minibatches of 256 samples (more SGD steps for a bigger "
                              "round); count: the plan's 32 whatever the batch (the paper's regime)")
+    parser.add_argument("--mode", choices=tuple(MODES), default="sync",
+                        help="sync rounds (the studies'), or pipelined ones at a fixed snapshot "
+                             "point, clocked for the sampling the update hid")
     parser.add_argument("--label", type=label_name,
                         help="a study of its own beside the one these flags name (folders and "
                              "results end in -<label>): runs made under other conditions, e.g. "
