@@ -77,6 +77,8 @@ STUDIES = (
     Study("walker2d_clip_epyc", "Walker2d-v5, study 16 on an AMD EPYC: the rerun, with fixed4 "
           "at both ranges", "walker2d/gpu-model-cuda-clip-epyc", ("fixed4", "fixed8"),
           default=("anchored8_p4_clip",)),
+    Study("hopper_cuda_pipelined", "Hopper-v5, study 18: study 4's setup in pipelined rounds, "
+          "clocked for their overlap", "gpu-model-cuda-pipelined", ("fixed8",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
