@@ -41,7 +41,7 @@ import structlog
 
 from kernel import events as ev
 from kernel.coordinator import Coordinator
-from kernel.roles import Batch, RoundRecord, SnapshotRequest, Weights
+from kernel.roles import Batch, Receipt, RoundRecord, SnapshotRequest, Weights
 
 log = structlog.get_logger("kernel.overlapped")
 
@@ -52,6 +52,19 @@ SNAPSHOT_MARGIN = 1.2
 MIN_SNAPSHOT_AT = 0.05
 #: Rounds without a stale drop after which a lowered fleet may grow by one again.
 RECOVER_ROUNDS = 5
+
+
+def async_head_start(out_at_update: set[str] | None, receipts: list[Receipt]) -> float | None:
+    """Async: the head start of a round's sampling over the previous update
+    (``RoundRecord.head_start``). A fleet's invocations are not launched per round, so the
+    credit is the whole update (1.0) only when every invocation the round charges was already
+    out (``out_at_update``) as that update began: each sampled while the update and its probes
+    ran. One launched later (a fleet grown after the update, a failed call relaunched) might not
+    have, so the round gets no credit. Invocations launched rounds earlier sampled longer in the
+    background still and are credited as if launched then: the clock stays an upper bound."""
+    if out_at_update is None or any(r.request_id not in out_at_update for r in receipts):
+        return None
+    return 1.0
 
 
 class FleetSize:
@@ -127,6 +140,10 @@ class OverlappedRounds:
         self._invocation_s: float | None = None
         #: Async: invocations drained into the round now training, charged when it finishes.
         self._drained_uncharged = 0
+        #: Async: the invocations out (running, or returned and not drained) when the last
+        #: round's update began; the simulated clock credits the next round's sampling with
+        #: that update only when every invocation it charges is among them.
+        self._out_at_update: set[str] | None = None
         #: Pipelined: the fan-out started ahead for the next round, as a checkpoint keeps it.
         self._ahead: dict[str, Any] | None = None
         self._resume = resume if mode == "pipelined" else None
@@ -205,6 +222,11 @@ class OverlappedRounds:
         intake = self.intake
         return len(intake.tasks) + len(intake.receipts) + self._drained_uncharged
 
+    def _out_now(self) -> set[str]:
+        """Request ids of the invocations running or returned since the last drain."""
+        return ({inv.request_id for inv, _ in self.intake.tasks.values()}
+                | {r.request_id for r in self.intake.receipts})
+
     def _per_round(self) -> int:
         return self.c.plan["actors"]["batches_per_update"] or self.target
 
@@ -260,6 +282,10 @@ class OverlappedRounds:
                 launch_after_decision = True
             else:
                 snapshot = self._launch_ahead(number, n, batches, sample_s)
+        out_at_update, head_start = None, ahead.get("head_start") if ahead else None
+        if self.mode == "async":
+            out_at_update = self._out_now()
+            head_start = async_head_start(self._out_at_update, receipts)
         metrics, learner_s = await c.update(number, s.version, batches, gathered.message_ids,
                                             snapshot=snapshot)
         self._last_learner_s = learner_s or self._last_learner_s
@@ -281,9 +307,10 @@ class OverlappedRounds:
             number, n, batches, receipts, metrics, t_round=t_round, actor_s=actor_s,
             learner_s=learner_s, actor_idle_s=0.0,
             after_decision=launch_decided if launch_after_decision else None,
-            head_start=ahead.get("head_start") if ahead is not None else None,
+            head_start=head_start,
         )
         self._drained_uncharged = 0
+        self._out_at_update = out_at_update
         self.target = max(s.actors_next, c.rules.n_min)
         if self.mode == "async":
             busy_s = time.perf_counter() - t_round - actor_s  # the round less its wait

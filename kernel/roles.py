@@ -265,6 +265,8 @@ class RoundRecord:
     #: Pipelined rounds: the share of the previous round's update still to run when this
     #: round's fan-out started (its probes, evaluation aside, ran after that too); None when
     #: the fan-out started after the previous round had trained (sync, a decision waited on).
+    #: Async rounds: 1 when every invocation the round charges was out as the previous update
+    #: began, else None.
     head_start: float | None = None
     #: Simulated seconds of this round's sampling that ran while the previous round trained,
     #: left out of ``sim_time_s`` (the learner was billed for them in that round).

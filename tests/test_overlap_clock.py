@@ -1,6 +1,7 @@
-"""The simulated clock credits a pipelined round's sampling that ran while the previous round
-trained, and the learner's bill follows it; sync rounds and fan-outs that waited for a
-decision are credited nothing.
+"""The simulated clock credits a pipelined or async round's sampling that ran while the previous
+round trained, and the learner's bill follows it; sync rounds, fan-outs that waited for a
+decision and async rounds charging an invocation launched after the previous update began are
+credited nothing.
 
 A pipelined fan-out started at a snapshot point ``at`` of round t's update samples while the
 rest of that update (a share ``1 - at``) and round t's probes run; AWS would bill the learner
@@ -13,12 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from kernel.engine import Engine
+from kernel.overlapped import async_head_start
+from kernel.roles import Receipt
 from tests.conftest import ROOT, run_watching
 from tests.test_cost import MODEL
 
@@ -112,17 +116,68 @@ def test_measured_pipelined_rounds_are_credited_and_sync_rounds_are_not(tmp_path
             assert record.sim_time_s >= record.learner_s - 1e-12
 
 
-def test_async_rounds_are_clocked_without_credit(tmp_path: Path) -> None:
-    """An async fleet's invocations are not tied to one round's update: no head start is
-    recorded and the clock keeps its upper bound (sampling and training taking turns)."""
-    engine = Engine.from_plan(str(ROOT / "plans" / "cartpole-impala.toml"), {
-        "stop.max_rounds": 6, "stop.target_return": 1e9, "probes": [], "sinks": [],
-        "actors.simulate": True, "checkpoint.enabled": False}, out_dir=tmp_path / "async")
+IMPALA = str(ROOT / "plans" / "cartpole-impala.toml")
+ASYNC = {"stop.max_rounds": 10, "stop.target_return": 1e9, "probes": [], "sinks": [],
+         "actors.simulate": True, "checkpoint.enabled": False, "cost.learner": "gpu"}
+
+
+def test_async_rounds_hide_sampling_that_was_out_before_the_previous_update(
+        tmp_path: Path) -> None:
+    """Under the time model an async round is credited the whole previous update,
+    ``min(sampling, update(t-1))``, when every invocation it charges was already out as that
+    update began (most rounds of a steady fleet); otherwise nothing. Each duration is the
+    model's, so the credit is exact."""
+    engine = Engine.from_plan(IMPALA, {**ASYNC, **{f"cost.{k}": v for k, v in MODEL.items()}},
+                              out_dir=tmp_path / "async")
     asyncio.run(engine.run())
     history = engine.state.history
-    assert len(history) == 6
-    assert all(r.head_start is None and r.overlap_s == 0.0 for r in history)
-    assert all(r.sim_time_s >= r.learner_s for r in history)
+    assert len(history) == 10
+    assert history[0].head_start is None and history[0].overlap_s == 0.0
+
+    def update_s(steps: int) -> float:
+        return MODEL["model_learner_s"] + MODEL["model_learner_s_per_step"] * steps
+
+    credited = 0
+    for previous, record in pairwise(history):
+        actor_s = record.sim_time_s + record.overlap_s - update_s(record.env_steps)
+        assert actor_s >= max(record.actor_durations_ms, default=0.0) / 1000 - 1e-9  # (+ a cold start)
+        if record.head_start is None:
+            assert record.overlap_s == 0.0
+            continue
+        assert record.head_start == 1.0
+        assert record.overlap_s == pytest.approx(min(actor_s, update_s(previous.env_steps)),
+                                                 rel=1e-9)
+        assert record.overlap_s > 0.0
+        credited += 1
+    assert credited >= 5, [r.head_start for r in history]
+
+
+def test_measured_async_rounds_are_credited_at_most_the_previous_training(
+        tmp_path: Path) -> None:
+    """With measured durations: the credit never exceeds what the previous round trained,
+    and a round is never clocked below its own update."""
+    engine = Engine.from_plan(IMPALA, ASYNC, out_dir=tmp_path / "async")
+    asyncio.run(engine.run())
+    history = engine.state.history
+    assert history[0].overlap_s == 0.0
+    for previous, record in pairwise(history):
+        assert record.head_start in (None, 1.0)
+        trained = previous.learner_s + previous.probe_s - previous.eval_s
+        assert 0.0 <= record.overlap_s <= trained + 1e-12
+        assert (record.overlap_s > 0.0) is (record.head_start == 1.0)
+        assert record.sim_time_s >= record.learner_s - 1e-12
+    assert any(r.head_start == 1.0 for r in history)
+
+
+def test_an_async_round_is_credited_only_if_all_it_charges_was_out_before_the_update(
+        ) -> None:
+    def receipt(rid: str) -> Receipt:
+        return Receipt(request_id=rid, ok=True)
+
+    assert async_head_start(None, [receipt("a")]) is None  # no update before it
+    assert async_head_start({"a", "b"}, [receipt("a"), receipt("b")]) == 1.0
+    assert async_head_start({"a"}, [receipt("a"), receipt("c")]) is None  # c came later
+    assert async_head_start({"a"}, []) == 1.0  # nothing sampled: the credit is capped at 0
 
 
 def test_a_resumed_pipelined_run_is_credited_as_the_uninterrupted_one(tmp_path: Path) -> None:
