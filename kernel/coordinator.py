@@ -193,7 +193,7 @@ class Coordinator:
         if previous is not None and previous.round == number - 1:
             record.head_start = head_start
         if roles.actors.simulate:
-            sampled_s = roles.actors.simulated_actor_s(receipts)
+            sampled_s = roles.actors.simulated_actor_s(receipts, concurrent=n)
             if previous is not None:
                 record.overlap_s = record.overlapped_s(
                     sampled_s, previous.learner_s, previous.probe_s - previous.eval_s)

@@ -193,8 +193,8 @@ class ActorBackend(Lifecycle, Protocol):
     counters = Capability(no_counters)
     #: Account round time as N concurrent cloud functions (the local backend's simulate mode).
     simulate = Capability(False)
-    #: ``simulated_actor_s(receipt) -> float | None``: an invocation's time in the simulated
-    #: cloud.
+    #: ``simulated_actor_s(receipts, concurrent=n) -> float | None``: the time a round's
+    #: invocations, at most ``n`` of them at once, take in the simulated cloud.
     simulated_actor_s = Capability(nothing)
 
 

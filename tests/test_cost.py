@@ -122,6 +122,15 @@ def test_simulated_round_time_and_cost_by_hand() -> None:
     # No actor came back: only the invoke latency.
     assert backend.simulated_actor_s([receipt(0, 0.0, ok=False)]) == pytest.approx(0.03)
 
+    # Round 4: an async round of four actors settling six invocations (two reused functions
+    # whose batches were read): at most four ran at once, all warm, so no cold start in the
+    # clock nor the bill, and the warm pool stays at four.
+    r4 = [receipt(i, 10.0) for i in range(6)]
+    assert backend.simulated_actor_s(r4, concurrent=4) == pytest.approx(0.03 + 0.010)
+    items = model.charge(record([10.0] * 6, actors=4, sim_time_s=1.0), r4)
+    assert items["cold_start_usd"] == 0.0
+    assert model.sim_warm_pool == 4
+
 
 def test_serverful_vms_bill_hours_and_start_up_when_the_count_grows() -> None:
     model = cost_model(actors_kind="vm", vm_usd_per_hour=0.36, vm_startup_s=30.0,

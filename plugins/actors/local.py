@@ -4,7 +4,9 @@ Each invocation is stateless from the caller's side; a warm worker keeps its env
 between invocations; cold starts are counted; each invocation's duration is measured. With
 ``simulate = true`` the run's clock and bill are those of N concurrent cloud functions:
 ``simulated_actor_s`` is the invocation latency plus the slowest actor, plus a cold start for
-actors beyond the warm pool the simulated cloud has kept so far.
+actors beyond the warm pool the simulated cloud has kept so far. The functions a round keeps
+busy at once are its invocations, at most its actor count: an async round may settle more
+invocations than that, but a function whose batch was read is reused by the next one, warm.
 
 Invocations are pinned to workers by their index in the round (``index % workers``): a warm
 worker's envs are mid-episode, so letting whichever worker frees first take the next call
@@ -131,12 +133,14 @@ class LocalBackend:
             attempts=attempts, payload=result.payload, init_ms=result.init_ms or 0.0,
         )
 
-    def simulated_actor_s(self, receipts: Sequence[Receipt]) -> float:
-        """Time N concurrent cloud functions would take for this round's invocations."""
+    def simulated_actor_s(self, receipts: Sequence[Receipt],
+                          concurrent: int | None = None) -> float:
+        """Time N concurrent cloud functions would take for this round's invocations, of which
+        at most ``concurrent`` ran at once (the round's actor count)."""
         ok = [r for r in receipts if r.ok]
         if not ok:
             return self.invoke_latency_s
-        n = len(receipts)
+        n = len(receipts) if concurrent is None else min(len(receipts), concurrent)
         cold = max(0, n - self._sim_warm_pool)
         self._sim_warm_pool = max(self._sim_warm_pool, n)
         slowest = max(r.duration_ms for r in ok) / 1000

@@ -212,7 +212,9 @@ class AwsCost:
     # -- the CostModel role -------------------------------------------------------------------
 
     def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
-        cold = self._sim_cold(len(receipts)) \
+        # At most the round's actors ran at once: an async round settling more invocations
+        # than that reused the functions whose batches were read, warm.
+        cold = self._sim_cold(min(len(receipts), record.actors)) \
             if self.kind != "vm" and any(r.ok for r in receipts) else 0
         probe_s = max(0.0, record.probe_s - record.eval_s)
         if self.model is not None:
