@@ -10,6 +10,8 @@ cannot). Per run it keeps the fraction of the budget spent and why the run stopp
 
     .venv/bin/python perf/spend_check.py run                   # the whole grid (about 1 h)
     .venv/bin/python perf/spend_check.py run --tasks Reacher-v5 --modes async --seeds 7
+    .venv/bin/python perf/spend_check.py run --time-model perf/results/time_model_hopper.json \
+        --modes pipelined async --out runs/spend_model   # the time model's durations instead
     .venv/bin/python perf/spend_check.py collect DIR [DIR ...]  # rows from finished runs
     .venv/bin/python perf/spend_check.py churn --period 20       # beside a grid: load on, off
 
@@ -75,6 +77,7 @@ def row(run_dir: Path) -> dict[str, Any] | None:
     budget = plan["stop"]["budget_usd"]
     return {
         "task": plan["env"]["id"], "mode": plan["run"]["mode"],
+        "clock": plan.get("cost", {}).get("time_model", "measured"),
         "scaler": scaler_label(plan["scaler"]), "budget_usd": budget,
         "seed": plan["run"]["seed"], "cost_usd": summary["cost_usd"],
         "spent": summary["cost_usd"] / budget if budget else None,
@@ -97,8 +100,18 @@ def collect(dirs: list[Path], name: str = "spend_check", title: str | None = Non
     return path
 
 
+def clock_sets(time_model: Path | None) -> list[str]:
+    """Overrides that bill every run from a fitted time model (its constants, as
+    ``perf/boost_budget.py fit`` keeps them), or none: measured durations."""
+    if time_model is None:
+        return []
+    constants = json.loads(time_model.read_text())["constants"]
+    return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
+
+
 def run(args: argparse.Namespace) -> None:
     i = 0
+    clock = clock_sets(args.time_model)
     for task in args.tasks:
         for mode in args.modes:
             for name in args.scalers:
@@ -110,7 +123,7 @@ def run(args: argparse.Namespace) -> None:
                     continue
                 sets = [f"env.id={task}", f"run.mode={mode}", f"scaler={SCALERS[name]}",
                         f"stop.budget_usd={budget}", f"run.seed={seed}", "sinks=[]",
-                        "checkpoint.enabled=false"]
+                        "checkpoint.enabled=false", *clock]
                 c.log(f"{task} {mode} {name} ${budget} seed {seed}")
                 proc = c.run([c.PY, "-m", "kernel", "run", str(PLAN), "--out", str(folder),
                               "--force", *[a for s in sets for a in ("--set", s)]],
@@ -185,6 +198,8 @@ def main() -> int:
     grid.add_argument("--scalers", nargs="+", choices=list(SCALERS), default=list(SCALERS))
     grid.add_argument("--seeds", type=int, default=101, help="first seed; each run the next")
     grid.add_argument("--out", type=Path, default=c.ROOT / "runs" / "spend_check")
+    grid.add_argument("--time-model", type=Path,
+                      help="a perf/results/time_model_*.json: durations from its constants")
     gather = sub.add_parser("collect", parents=[result],
                             help="rows from finished run directories")
     gather.add_argument("dirs", nargs="+", type=Path)
