@@ -17,7 +17,8 @@ measurements (``adaptive``):
 
 - a scaler that does not (fixed, schedules, ...) is asked ahead, and the fan-out starts
   part-way through the update, with the weights of that moment (at ``run.snapshot_at``, or,
-  unset, as late as lets the batches arrive when the update ends, judged from the last round);
+  unset, as late as lets the batches arrive when the update ends, judged from the last round:
+  by the time model's durations where it sets them, else by those measured here);
 - an adaptive scaler (the Hessian-driven ones) decides after round t's probes, and round t+1
   launches right then: the curvature of round t steers round t+1, never t+2. In a round where
   none of the probes it reads runs (``Scaler.reads_probes``; the Hessian every 4th round), its
@@ -354,14 +355,24 @@ class OverlappedRounds:
         return self._snapshot_request(number, at)
 
     def _snapshot_at(self, sample_s: list[float]) -> float | None:
-        """Fraction of the update after which the next fan-out starts, or None for now."""
+        """Fraction of the update after which the next fan-out starts, or None for now: late
+        enough that its batches arrive as the update ends, judged from the last round's
+        sampling and update (the time model's where it sets the durations, so the point is
+        the modelled machines' and a seeded run replays; else as measured here)."""
         if not self._snapshots:
             return None
         if self._snapshot_fixed is not None:
             return self._snapshot_fixed if self._snapshot_fixed > 0 else None
-        if not sample_s or not self._last_learner_s:
+        timing = self.c.roles.cost.modelled_timing()
+        if timing is not None:
+            sampling_s, update_s = timing
+        elif sample_s and self._last_learner_s:
+            sampling_s, update_s = max(sample_s), self._last_learner_s
+        else:
             return None
-        at = 1.0 - SNAPSHOT_MARGIN * max(sample_s) / self._last_learner_s
+        if update_s <= 0:
+            return None
+        at = 1.0 - SNAPSHOT_MARGIN * sampling_s / update_s
         return at if at >= MIN_SNAPSHOT_AT else None
 
     def _snapshot_request(self, number: int, at: float) -> SnapshotRequest:

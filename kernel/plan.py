@@ -47,7 +47,8 @@ RUN = {
         "update's optimiser steps is done (e.g. 0.5: its policy lags the learner by half an "
         "update; a run replays exactly). 0: it starts as the update begins, with the previous "
         "weights. Unset: timed from the last round so its batches arrive as the update ends "
-        "(fastest, not replayable). Needs a learner with snapshots (PPO); others use 0.",
+        "(fastest; by measured durations it does not replay, by the time model's it does). "
+        "Needs a learner with snapshots (PPO); others use 0.",
         min=0, max=0.95,
     ),
 }

@@ -366,6 +366,11 @@ class CostModel(Lifecycle, Protocol):
     #: garbage-collector pause) would add to a round of ``actors`` actors, where the bill
     #: follows the clock; None or 0 where it does not (a time model prices the work done).
     stall_usd = Capability(nothing)
+    #: ``modelled_timing() -> (actor_s, update_s) | None``: the slowest invocation and the
+    #: update of the round charged last, where a time model sets the durations (None where the
+    #: clock does): a pipelined fan-out's snapshot point is timed by them, as the modelled
+    #: machines would time it, and a seeded run replays.
+    modelled_timing = Capability(nothing)
 
 
 class Sink(Lifecycle, Protocol):

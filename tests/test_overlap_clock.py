@@ -212,3 +212,31 @@ def test_a_resumed_pipelined_run_is_credited_as_the_uninterrupted_one(tmp_path: 
     assert all(r["overlap_s"] > 0 for r in expected[1:])
     for a, b in zip(got, expected, strict=True):
         assert a == pytest.approx(b, rel=1e-9), (a, b)
+
+
+def test_a_timed_snapshot_follows_the_time_model_and_replays(tmp_path: Path) -> None:
+    """With ``run.snapshot_at`` unset the next fan-out starts as late as lets its batches arrive
+    as the update ends. Under the time model that point is timed by the model's sampling and
+    update (here 0.276 s against 1.1024 s: at = 1 - 1.2 x 0.276 / 1.1024), not by this
+    machine's, so every round after the second has the same head start, and a seeded run
+    replays round by round."""
+    slow_learner = {"cost.model_learner_s": 1.0}
+    update_s = 1.0 + MODEL["model_learner_s_per_step"] * 1024
+    at = 1.0 - 1.2 * ACTOR_S / update_s
+    runs = []
+    for name in ("a", "b"):
+        out = tmp_path / name
+        engine = Engine.from_plan(CARTPOLE, {**TIMED, **slow_learner, "run.mode": "pipelined",
+                                             "stop.max_rounds": 6}, out_dir=out)
+        asyncio.run(engine.run())
+        runs.append(engine.state.history)
+    first, second = runs
+    # Round 2's fan-out was decided before any round was charged: it started at once.
+    assert first[1].head_start == 1.0
+    for record in first[2:]:
+        assert record.head_start == pytest.approx(1.0 - at, rel=1e-9)
+        assert record.overlap_s == pytest.approx(min(ACTOR_S, (1.0 - at) * update_s),
+                                                 rel=1e-9)
+    for a, b in zip(first, second, strict=True):
+        assert (a.head_start, a.env_steps, a.episode_return_mean, a.cost_usd) == (
+            b.head_start, b.env_steps, b.episode_return_mean, b.cost_usd)

@@ -171,6 +171,8 @@ class AwsCost:
         #: The time model's update and probe seconds of the round charged last: a pipelined
         #: round's sampling hides behind what of them was left when its fan-out started.
         self.trained_s: tuple[float, float] = (0.0, 0.0)
+        #: The time model's slowest invocation of the round charged last (cold start aside).
+        self.sampled_s: float | None = None
 
     # -- prices -------------------------------------------------------------------------------
 
@@ -253,6 +255,7 @@ class AwsCost:
         if record.probe_runs:
             probe_s = self.model.probe_time_s(record.probe_runs)
         update_s = self.model.update_s(record.env_steps)
+        self.sampled_s = actor_s - (self.cold_start_s if cold else 0.0)
         record.overlap_s = record.overlapped_s(actor_s, *self.trained_s)
         self.trained_s = (update_s, probe_s)
         record.sim_time_s = actor_s - record.overlap_s + update_s + probe_s
@@ -357,6 +360,13 @@ class AwsCost:
             actors_per_s = actors * self.memory_gb * self.gb_s_usd
         return self.stall_s * (self.time_usd_per_s() + actors_per_s)
 
+    def modelled_timing(self) -> tuple[float, float] | None:
+        """The model's slowest invocation and update of the round charged last (None without
+        the model, or before a round was charged)."""
+        if self.model is None or self.sampled_s is None:
+            return None
+        return self.sampled_s, self.trained_s[0]
+
     def model_round_usd(self, actors: int, cold: int) -> float | None:
         """Under the time model a round's price is known before it runs, except for how many
         Lanczos steps the Hessian probe takes: at their cap this is an upper bound (None without
@@ -404,7 +414,8 @@ class AwsCost:
     def state(self) -> dict[str, Any]:
         return {"sim_warm_pool": self.sim_warm_pool, "vms": self.vms,
                 "times": [list(p) for p in self.times.points],
-                "per_actor": list(self.per_actor), "trained_s": list(self.trained_s)}
+                "per_actor": list(self.per_actor), "trained_s": list(self.trained_s),
+                "sampled_s": self.sampled_s}
 
     def load_state(self, state: dict[str, Any]) -> None:
         self.sim_warm_pool = int(state["sim_warm_pool"])
@@ -415,3 +426,5 @@ class AwsCost:
         # checkpoints from before pipelined rounds were credited their overlap lack it
         update_s, probe_s = state.get("trained_s", (0.0, 0.0))
         self.trained_s = (float(update_s), float(probe_s))
+        sampled_s = state.get("sampled_s")
+        self.sampled_s = None if sampled_s is None else float(sampled_s)
