@@ -162,8 +162,11 @@ MINIBATCHES = {"size": ["algo.minibatch_size=256"], "count": []}
 #: How rounds are scheduled. ``sync`` (the studies'): sample, then train. ``pipelined``: the
 #: next fan-out starts half-way through the update (a fixed snapshot point, so a seed replays),
 #: or after the decision where the scaler reads this round's probes; the simulated clock then
-#: leaves out the sampling the update hid.
-MODES = {"sync": [], "pipelined": ['run.mode="pipelined"', "run.snapshot_at=0.5"]}
+#: leaves out the sampling the update hid. ``timed``: pipelined as PPO's plans run it, the
+#: snapshot point timed so the batches arrive as the update ends (by the time model's
+#: durations under a model clock, where a seed replays too).
+MODES = {"sync": [], "pipelined": ['run.mode="pipelined"', "run.snapshot_at=0.5"],
+         "timed": ['run.mode="pipelined"']}
 
 
 def common_sets(args: argparse.Namespace) -> list[str]:
@@ -634,8 +637,9 @@ def collect(args: argparse.Namespace) -> int:
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
                  + CLOCK_TITLES[args.clock]
-                 + (", pipelined rounds clocked for their overlap"
-                    if args.mode == "pipelined" else "")
+                 + {"sync": "", "pipelined": ", pipelined rounds clocked for their overlap",
+                    "timed": ", pipelined rounds at a timed snapshot point, clocked for their "
+                             "overlap"}[args.mode]
                  + (f", the runs labelled `{args.label}` (a study of their own)"
                     if args.label else ""),
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": common_sets(args),
@@ -764,7 +768,8 @@ def argparse_parser() -> argparse.ArgumentParser:
                              "round); count: the plan's 32 whatever the batch (the paper's regime)")
     parser.add_argument("--mode", choices=tuple(MODES), default="sync",
                         help="sync rounds (the studies'), or pipelined ones at a fixed snapshot "
-                             "point, clocked for the sampling the update hid")
+                             "point (pipelined) or a timed one (timed), clocked for the sampling "
+                             "the update hid")
     parser.add_argument("--label", type=label_name,
                         help="a study of its own beside the one these flags name (folders and "
                              "results end in -<label>): runs made under other conditions, e.g. "

@@ -17,6 +17,7 @@ import pytest
 from kernel import checkpoint, codec
 from kernel.engine import Engine
 from tests.conftest import ROOT, run_cli
+from tests.test_cost import MODEL
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
 SETS = ["stop.max_rounds=8", "stop.target_return=1e9", "probes=[]"]
@@ -189,14 +190,23 @@ def _weights(engine: Engine) -> dict:
     return engine._roles.learner.weights()  # type: ignore[union-attr]
 
 
-@pytest.mark.parametrize("mode", ["sync", "pipelined"])
+#: Pipelined rounds whose snapshot point is timed by the time model (an update slow enough,
+#: 1 s, that the point falls part-way through it), not by this machine's clock.
+TIMED_BY_MODEL = {"run.mode": "pipelined", "actors.simulate": True,
+                  **{f"cost.{k}": v for k, v in MODEL.items()}, "cost.model_learner_s": 1.0}
+
+
+@pytest.mark.parametrize("mode", ["sync", "pipelined", "timed-by-model"])
 def test_an_interrupted_run_matches_an_uninterrupted_one_round_by_round(
         tmp_path: Path, mode: str) -> None:
     """With ``checkpoint.exact_resume``, stopped at a periodic checkpoint (round 4 of 6, so
     rounds 2, 4 and 6 continue their epoch's episodes) and resumed: the same losses every
     round and the same final weights. Pipelined rounds replay when their fan-out takes a
-    fixed snapshot (``run.snapshot_at``)."""
-    plan = {**EXACT, "run.mode": mode, **({"run.snapshot_at": 0.5} if mode == "pipelined" else {})}
+    fixed snapshot (``run.snapshot_at``) or one the time model times."""
+    settings = {"sync": {"run.mode": "sync"},
+                "pipelined": {"run.mode": "pipelined", "run.snapshot_at": 0.5},
+                "timed-by-model": TIMED_BY_MODEL}[mode]
+    plan = {**EXACT, **settings}
     straight = Engine.from_plan(CARTPOLE, plan, out_dir=tmp_path / "straight")
     asyncio.run(straight.run())
     expected = _losses(tmp_path / "straight")
