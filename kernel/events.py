@@ -195,7 +195,8 @@ class RoundFinished(Event):
     cost_usd: float
     sim_time_s: float
     #: Simulated seconds of the round's sampling hidden behind the previous round's training
-    #: (pipelined rounds started ahead), left out of ``sim_time_s``.
+    #: (pipelined rounds started ahead, async invocations out before that update began), left
+    #: out of ``sim_time_s``.
     overlap_s: float = 0.0
     #: Fraction of the round the learner spent updating (overlap shows as a higher value).
     learner_busy: float = 0.0

@@ -15,7 +15,7 @@ from typing import Any
 
 from kernel import events as ev
 from kernel.engine import Engine
-from kernel.overlapped import RECOVER_ROUNDS, FleetSize
+from kernel.fleet import RECOVER_ROUNDS, FleetSize
 
 PLAN = Path(__file__).resolve().parent.parent / "plans" / "cartpole-impala.toml"
 TARGET = 4

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kernel.engine import Engine
-from kernel.overlapped import async_head_start
+from kernel.fleet import async_head_start
 from kernel.roles import Receipt
 from tests.conftest import ROOT, run_watching
 from tests.test_cost import MODEL

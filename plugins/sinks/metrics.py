@@ -68,7 +68,8 @@ ROUND_METRICS: tuple[Metric, ...] = (
     Metric("sim_time_s", "time", "Simulated cloud time so far (wall time when not simulating)."),
     Metric("overlap_s", "time",
            "Simulated seconds of the round's sampling hidden behind the previous round's "
-           "training (pipelined fan-outs started ahead), left out of sim_time_s."),
+           "training (pipelined fan-outs started ahead, async invocations out before that update "
+           "began), left out of sim_time_s."),
     Metric("wall_s", "time", "Seconds since the run started.", "wall",
            sb3="time/time_elapsed"),
     Metric("round_cost_usd", "cost", "Dollars the round cost."),
