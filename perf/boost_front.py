@@ -79,6 +79,8 @@ STUDIES = (
           default=("anchored8_p4_clip",)),
     Study("hopper_cuda_pipelined", "Hopper-v5, study 18: study 4's setup in pipelined rounds, "
           "clocked for their overlap", "gpu-model-cuda-pipelined", ("fixed8",)),
+    Study("hopper_cuda_timed", "Hopper-v5, study 19: study 18 at the snapshot point PPO's "
+          "plans time, by the time model", "gpu-model-cuda-timed", ("fixed8",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
