@@ -219,7 +219,8 @@ class OverlappedRounds:
                 launch_after_decision = True
             else:
                 snapshot = self._launch_ahead(number, n, batches, sample_s)
-        out_at_update, head_start = None, ahead.get("head_start") if ahead else None
+        head_start = ahead.get("head_start") if ahead else None
+        out_at_update = None
         if self.mode == "async":
             out_at_update = self._out_now()
             head_start = async_head_start(self._out_at_update, receipts)

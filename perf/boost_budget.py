@@ -343,7 +343,7 @@ def clock_sets(args: argparse.Namespace) -> list[str]:
     constants = json.loads(path.read_text())["constants"]
     if args.clock == "model_cuda":
         constants = {**constants, **cuda_learner_constants(task, args.minibatches)}
-    return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
+    return c.time_model_sets(constants)
 
 
 #: Where perf/gpu_check.py keeps the study's learner and probe seconds measured on a GPU.

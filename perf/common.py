@@ -78,6 +78,12 @@ def run(cmd: Sequence[str], *, timeout: float | None = None, env: dict[str, str]
     return Proc(done.returncode, done.stdout, done.stderr, time.perf_counter() - t0)
 
 
+def time_model_sets(constants: dict[str, float]) -> list[str]:
+    """Plan overrides that bill a run from the time model with these constants (as
+    ``perf/boost_budget.py fit`` keeps them in perf/results/time_model_<task>.json)."""
+    return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
+
+
 def median(values: Sequence[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return statistics.median(vals) if vals else None

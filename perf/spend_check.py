@@ -105,8 +105,7 @@ def clock_sets(time_model: Path | None) -> list[str]:
     ``perf/boost_budget.py fit`` keeps them), or none: measured durations."""
     if time_model is None:
         return []
-    constants = json.loads(time_model.read_text())["constants"]
-    return ['cost.time_model="model"', *(f"cost.{k}={v!r}" for k, v in constants.items())]
+    return c.time_model_sets(json.loads(time_model.read_text())["constants"])
 
 
 def run(args: argparse.Namespace) -> None:
