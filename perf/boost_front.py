@@ -81,6 +81,8 @@ STUDIES = (
           "clocked for their overlap", "gpu-model-cuda-pipelined", ("fixed8",)),
     Study("hopper_cuda_timed", "Hopper-v5, study 19: study 18 at the snapshot point PPO's "
           "plans time, by the time model", "gpu-model-cuda-timed", ("fixed8",)),
+    Study("walker2d_cuda_timed", "Walker2d-v5, study 19: pipelined at the model-timed snapshot "
+          "point", "walker2d/gpu-model-cuda-timed", ("fixed8",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
