@@ -167,6 +167,9 @@ MINIBATCHES = {"size": ["algo.minibatch_size=256"], "count": []}
 #: durations under a model clock, where a seed replays too).
 MODES = {"sync": [], "pipelined": ['run.mode="pipelined"', "run.snapshot_at=0.5"],
          "timed": ['run.mode="pipelined"']}
+#: What each mode adds to a study's title.
+MODE_TITLES = {"sync": "", "pipelined": ", pipelined rounds clocked for their overlap",
+               "timed": ", pipelined rounds at a timed snapshot point, clocked for their overlap"}
 
 
 def common_sets(args: argparse.Namespace) -> list[str]:
@@ -637,9 +640,7 @@ def collect(args: argparse.Namespace) -> int:
     c.write_result(name, {
         "title": f"Boosting at equal budget, {args.task}, learner priced as {args.pricing}"
                  + CLOCK_TITLES[args.clock]
-                 + {"sync": "", "pipelined": ", pipelined rounds clocked for their overlap",
-                    "timed": ", pipelined rounds at a timed snapshot point, clocked for their "
-                             "overlap"}[args.mode]
+                 + MODE_TITLES[args.mode]
                  + (f", the runs labelled `{args.label}` (a study of their own)"
                     if args.label else ""),
         "protocol": {"plan": str(PLAN.relative_to(ROOT)), "task": args.task, "sets": common_sets(args),
