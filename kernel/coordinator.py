@@ -29,6 +29,7 @@ import structlog
 from kernel import codec
 from kernel import events as ev
 from kernel.contract import Roles, blame
+from kernel.fleet import cold_starts
 from kernel.intake import Intake
 from kernel.roles import (
     Batch,
@@ -193,7 +194,10 @@ class Coordinator:
         if previous is not None and previous.round == number - 1:
             record.head_start = head_start
         if roles.actors.simulate:
-            sampled_s = roles.actors.simulated_actor_s(receipts, concurrent=n)
+            record.sim_cold_starts, record.warm_pool = cold_starts(
+                previous.warm_pool if previous is not None else 0, receipts, n)
+            sampled_s = roles.actors.simulated_actor_s(receipts,
+                                                       cold_starts=record.sim_cold_starts)
             if previous is not None:
                 record.overlap_s = record.overlapped_s(
                     sampled_s, previous.learner_s, previous.probe_s - previous.eval_s)

@@ -1,5 +1,6 @@
-"""The async fleet: how many invocations to keep out, and what of their sampling the
-simulated clock may count as hidden behind training.
+"""The fleet of functions as the simulated cloud sees it: which of a round's functions start
+cold, how many invocations async mode keeps out, and what of their sampling the simulated
+clock may count as hidden behind training.
 
 Async rounds (APPO, IMPALA) do not launch per round: an invocation is replaced when its batch is
 read, so the fleet's size is a standing count, fitted to the learner's pace, and the clock
@@ -9,11 +10,28 @@ cannot tie a round's invocations to one update the way a pipelined fan-out is ti
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from kernel.roles import Receipt
 
 #: Rounds without a stale drop after which a lowered fleet may grow by one again.
 RECOVER_ROUNDS = 5
+
+
+def cold_starts(warm_pool: int, receipts: Sequence[Receipt],
+                actors: int) -> tuple[int, int]:
+    """(functions started cold this round, the warm pool after it) in the simulated cloud.
+
+    A platform keeps a function warm after it ran, so only functions beyond the most that were
+    ever busy at once start cold. A round keeps at most its actor count busy at once: an async
+    round may settle more invocations than that, but one whose batch was read is followed by
+    the next in the same, warm, function. A round with no successful invocation leaves the
+    pool as it was. The clock (the actors backend) and the bill (the cost model) both read the
+    count this returns, through the round's record."""
+    if not any(r.ok for r in receipts):
+        return 0, warm_pool
+    busy = min(len(receipts), actors)
+    return max(0, busy - warm_pool), max(warm_pool, busy)
 
 
 def async_head_start(out_at_update: set[str] | None, receipts: list[Receipt]) -> float | None:

@@ -193,8 +193,8 @@ class ActorBackend(Lifecycle, Protocol):
     counters = Capability(no_counters)
     #: Account round time as N concurrent cloud functions (the local backend's simulate mode).
     simulate = Capability(False)
-    #: ``simulated_actor_s(receipts, concurrent=n) -> float | None``: the time a round's
-    #: invocations, at most ``n`` of them at once, take in the simulated cloud.
+    #: ``simulated_actor_s(receipts, cold_starts=k) -> float | None``: the time a round's
+    #: invocations take in the simulated cloud, ``k`` of them started cold.
     simulated_actor_s = Capability(nothing)
 
 
@@ -271,6 +271,10 @@ class RoundRecord:
     #: Simulated seconds of this round's sampling that ran while the previous round trained,
     #: left out of ``sim_time_s`` (the learner was billed for them in that round).
     overlap_s: float = 0.0
+    #: Simulated cloud: functions this round started beyond the warm pool, and the pool after
+    #: it (the most functions busy at once so far); kept here, so resumes keep the pool warm.
+    sim_cold_starts: int = 0
+    warm_pool: int = 0
 
     def overlapped_s(self, actor_s: float, previous_update_s: float,
                      previous_probe_s: float) -> float:

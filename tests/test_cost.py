@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from kernel.fleet import cold_starts
 from kernel.plan import COST, load_plan
 from kernel.roles import PluginContext, ProbeRun, Receipt, RoundRecord
 from kernel.schema import validate_table
@@ -86,14 +87,24 @@ def test_lambda_invocation_bills_gb_seconds_rounded_up_to_1_ms(arch: str, price:
     assert big.actor_usd(1000.0) == pytest.approx(3.0 * price + 0.2e-6, rel=1e-12)
 
 
+def simulate(backend: LocalBackend, previous: RoundRecord | None, rec: RoundRecord,
+             receipts: list[Receipt]) -> float:
+    """What the coordinator does in the simulated cloud: the round's cold starts from the
+    previous record's warm pool onto the record, and the round's sampling time from them."""
+    rec.sim_cold_starts, rec.warm_pool = cold_starts(
+        previous.warm_pool if previous is not None else 0, receipts, rec.actors)
+    return backend.simulated_actor_s(receipts, cold_starts=rec.sim_cold_starts)
+
+
 def test_simulated_round_time_and_cost_by_hand() -> None:
     backend = local_backend()
     model = cost_model({"simulate": True}, learner="custom", learner_usd_per_h=0.36)
     # Round 1: three actors into an empty warm pool: latency + slowest + one cold start.
     r1 = [receipt(0, 100.0), receipt(1, 250.0), receipt(2, 80.4)]
-    actor_s = backend.simulated_actor_s(r1)
-    assert actor_s == pytest.approx(0.03 + 0.250 + 1.0)
     rec = record([100.0, 250.0, 80.4], learner_s=0.5, probe_s=0.22)
+    actor_s = simulate(backend, None, rec, r1)
+    assert actor_s == pytest.approx(0.03 + 0.250 + 1.0)
+    assert (rec.sim_cold_starts, rec.warm_pool) == (3, 3)
     rec.sim_time_s = actor_s + rec.learner_s + rec.probe_s  # what the coordinator does
     items = model.charge(rec, r1)
     gb_s = (0.100 + 0.250 + 0.081) * 1.0
@@ -109,27 +120,36 @@ def test_simulated_round_time_and_cost_by_hand() -> None:
     # Round 2: two actors, both warm; a failed invocation pays its request, and as it ran
     # for an unknown time, as long as the slowest successful one (40 ms).
     r2 = [receipt(0, 40.0), receipt(1, 0.0, ok=False)]
-    assert backend.simulated_actor_s(r2) == pytest.approx(0.03 + 0.040)
-    items = model.charge(record([40.0], actors=2, sim_time_s=1.0), r2)
+    rec2 = record([40.0], actors=2, sim_time_s=1.0)
+    assert simulate(backend, rec, rec2, r2) == pytest.approx(0.03 + 0.040)
+    items = model.charge(rec2, r2)
     assert items["actors_usd"] == pytest.approx(0.040 * X86 + 0.2e-6, rel=1e-12)
     assert items["failed_usd"] == pytest.approx(0.040 * X86 + 0.2e-6, rel=1e-12)
     assert items["cold_start_usd"] == 0.0
-    # Round 3: four actors, one beyond the warm pool of three: a cold start again.
+    # Round 3: four actors, one beyond the warm pool of three: a cold start again, in the
+    # clock and in the bill, and the estimate of a fifth actor prices one more.
     r3 = [receipt(i, 10.0 * (i + 1)) for i in range(4)]
-    assert backend.simulated_actor_s(r3) == pytest.approx(0.03 + 0.040 + 1.0)
-    items = model.charge(record([10.0, 20.0, 30.0, 40.0], sim_time_s=1.5), r3)
+    rec3 = record([10.0, 20.0, 30.0, 40.0], sim_time_s=1.5)
+    assert simulate(backend, rec2, rec3, r3) == pytest.approx(0.03 + 0.040 + 1.0)
+    assert (rec3.sim_cold_starts, rec3.warm_pool) == (1, 4)
+    items = model.charge(rec3, r3)
     assert items["cold_start_usd"] == pytest.approx(1 * 1.0 * X86, rel=1e-12)
-    # No actor came back: only the invoke latency.
-    assert backend.simulated_actor_s([receipt(0, 0.0, ok=False)]) == pytest.approx(0.03)
+    assert model.estimate_round_usd(rec3, 5) - model.estimate_round_usd(rec3, 4) \
+        > model.init_usd()
+    # No actor came back: only the invoke latency, and the pool stays as it was.
+    failed = record([], actors=6)
+    assert simulate(backend, rec3, failed, [receipt(0, 0.0, ok=False)]) == pytest.approx(0.03)
+    assert (failed.sim_cold_starts, failed.warm_pool) == (0, 4)
 
     # Round 4: an async round of four actors settling six invocations (two reused functions
     # whose batches were read): at most four ran at once, all warm, so no cold start in the
     # clock nor the bill, and the warm pool stays at four.
     r4 = [receipt(i, 10.0) for i in range(6)]
-    assert backend.simulated_actor_s(r4, concurrent=4) == pytest.approx(0.03 + 0.010)
-    items = model.charge(record([10.0] * 6, actors=4, sim_time_s=1.0), r4)
+    rec4 = record([10.0] * 6, actors=4, sim_time_s=1.0)
+    assert simulate(backend, rec3, rec4, r4) == pytest.approx(0.03 + 0.010)
+    items = model.charge(rec4, r4)
     assert items["cold_start_usd"] == 0.0
-    assert model.sim_warm_pool == 4
+    assert rec4.warm_pool == 4
 
 
 def test_serverful_vms_bill_hours_and_start_up_when_the_count_grows() -> None:
@@ -249,6 +269,7 @@ class World:
         self.rng = np.random.default_rng(seed)
         self.jitter = jitter
         self.backend = local_backend()
+        self.previous: RoundRecord | None = None
 
     def wobble(self) -> float:
         return 1 + self.jitter * float(self.rng.uniform(-1, 1))
@@ -259,7 +280,9 @@ class World:
         probe_s, eval_s = 0.4 * self.wobble(), 0.5
         rec = record([r.duration_ms for r in receipts], learner_s=learner_s,
                      probe_s=probe_s + eval_s, eval_s=eval_s)
-        rec.sim_time_s = self.backend.simulated_actor_s(receipts) + learner_s + probe_s
+        rec.sim_time_s = simulate(self.backend, self.previous, rec, receipts) + learner_s \
+            + probe_s
+        self.previous = rec
         return rec, receipts
 
 
@@ -413,7 +436,9 @@ def test_the_time_model_bills_and_clocks_the_work_not_the_clock() -> None:
         ProbeRun("gns", 0.7, {"gns": 300.0, "gns_samples": 1024.0}),
         ProbeRun("mine", 0.3, {"my_value": 1.0}),
         ProbeRun("eval", 1.0, {"eval_return": 10.0}, score="eval_return")]
-    got = model.charge(rec, [receipt(0, 3000.0, env_steps=512), receipt(1, 9000.0, env_steps=512)])
+    receipts = [receipt(0, 3000.0, env_steps=512), receipt(1, 9000.0, env_steps=512)]
+    rec.sim_cold_starts, rec.warm_pool = cold_starts(0, receipts, rec.actors)  # the kernel's
+    got = model.charge(rec, receipts)
     actor_ms, update_s = 276.0, 0.1 + 1e-4 * 1024
     probe_s = (0.02 + 1e-5 * 1024 * 10) + (0.01 + 2e-6 * 1024) + 0.3
     assert rec.actor_durations_ms == [actor_ms, actor_ms]
@@ -524,6 +549,7 @@ def test_a_gns_probe_without_its_time_model_is_billed_as_measured_and_said_so() 
     rec = record([100.0], probe_s=0.7)
     rec.env_steps = 512
     rec.probe_runs = [ProbeRun("gns", 0.7, {"gns": 5.0, "gns_samples": 512.0})]
+    rec.sim_cold_starts = 1  # the first round's one function, started cold
     model.charge(rec, [receipt(0, 100.0, env_steps=512)])
     assert rec.sim_time_s == pytest.approx(0.276 + 1.0 + 0.1 + 1e-4 * 512 + 0.7)
     with capture_logs() as logs:  # with the pair set, nothing to say

@@ -240,6 +240,42 @@ def test_an_interrupted_run_matches_an_uninterrupted_one_round_by_round(
     _assert_same(_weights(straight), final, "weights")
 
 
+def test_a_resumed_simulated_cloud_is_as_warm_as_it_was(tmp_path: Path) -> None:
+    """The simulated warm pool lives in the round records, which checkpoints keep: a run
+    stopped after round 2 and resumed starts no function cold in round 3, in the clock (a
+    cold start of 5 s would show in the round's simulated time) nor in the bill. Before, the
+    actors backend kept its own pool, empty again after a resume."""
+    plan = {**EXACT, "stop.max_rounds": 4, "actors.simulate": True,
+            "actors.sim_cold_start_s": 5.0}
+    out = tmp_path / "run"
+    first = Engine.from_plan(CARTPOLE, plan, out_dir=out)
+
+    async def stop_after_round_2(event: object) -> None:
+        from kernel import events as ev
+
+        if isinstance(event, ev.RoundFinished) and event.round == 2:
+            first.request_stop("test interruption")
+
+    from tests.conftest import run_watching
+
+    assert run_watching(first, stop_after_round_2)["rounds"] == 2
+
+    async def resume() -> None:
+        again = Engine.resume(out)
+        async with again:
+            await again.run()
+
+    asyncio.run(resume())
+    history = checkpoint.read(checkpoint.latest(out))["history"]  # type: ignore[arg-type]
+    assert history[0]["sim_time_s"] > 5.0 > max(r["sim_time_s"] for r in history[1:])
+    assert [(r["sim_cold_starts"], r["warm_pool"]) for r in history] == \
+        [(2, 2), (0, 2), (0, 2), (0, 2)]
+    charged = [json.loads(x) for x in (out / "events.jsonl").read_text().splitlines()
+               if '"event": "CostCharged"' in x]
+    cold_usd = {e["round"]: e["items"].get("cold_start_usd", 0.0) for e in charged}
+    assert [cold_usd[n] > 0 for n in range(1, 5)] == [True, False, False, False]
+
+
 CARTPOLE_ENV = {"id": "CartPole-v1", "num_envs": 2, "normalize_obs": False,
                 "normalize_reward": False}
 

@@ -3,10 +3,10 @@
 Each invocation is stateless from the caller's side; a warm worker keeps its env and policy
 between invocations; cold starts are counted; each invocation's duration is measured. With
 ``simulate = true`` the run's clock and bill are those of N concurrent cloud functions:
-``simulated_actor_s`` is the invocation latency plus the slowest actor, plus a cold start for
-actors beyond the warm pool the simulated cloud has kept so far. The functions a round keeps
-busy at once are its invocations, at most its actor count: an async round may settle more
-invocations than that, but a function whose batch was read is reused by the next one, warm.
+``simulated_actor_s`` is the invocation latency plus the slowest actor, plus a cold start when
+the round started any function cold. Which did is the kernel's count
+(``RoundRecord.sim_cold_starts``, from the warm pool it keeps with the run's history), so the
+clock and the bill read one count and a resumed run's simulated cloud is as warm as it was.
 
 Invocations are pinned to workers by their index in the round (``index % workers``): a warm
 worker's envs are mid-episode, so letting whichever worker frees first take the next call
@@ -55,7 +55,6 @@ class LocalBackend:
         self.handler = str(cfg["handler"] or HANDLER)
         self.invoke_latency_s = float(cfg["sim_invoke_latency_s"])
         self.cold_start_s = float(cfg["sim_cold_start_s"])
-        self._sim_warm_pool = 0
         self._inline = self.transport.public_spec().get("kind") == "inline"
         self.pool: WorkerPool | None = None
         self._counts: dict[str, Any] = {"worker_deaths": 0, "worker_kills": 0,
@@ -133,18 +132,14 @@ class LocalBackend:
             attempts=attempts, payload=result.payload, init_ms=result.init_ms or 0.0,
         )
 
-    def simulated_actor_s(self, receipts: Sequence[Receipt],
-                          concurrent: int | None = None) -> float:
-        """Time N concurrent cloud functions would take for this round's invocations, of which
-        at most ``concurrent`` ran at once (the round's actor count)."""
+    def simulated_actor_s(self, receipts: Sequence[Receipt], cold_starts: int = 0) -> float:
+        """Time concurrent cloud functions would take for this round's invocations, of which
+        ``cold_starts`` started cold (they start side by side: one cold start's delay)."""
         ok = [r for r in receipts if r.ok]
         if not ok:
             return self.invoke_latency_s
-        n = len(receipts) if concurrent is None else min(len(receipts), concurrent)
-        cold = max(0, n - self._sim_warm_pool)
-        self._sim_warm_pool = max(self._sim_warm_pool, n)
         slowest = max(r.duration_ms for r in ok) / 1000
-        return self.invoke_latency_s + slowest + (self.cold_start_s if cold else 0.0)
+        return self.invoke_latency_s + slowest + (self.cold_start_s if cold_starts else 0.0)
 
     def counters(self) -> dict[str, Any]:
         return {**self._counts, "events_refused": dict(self._counts["events_refused"])}

@@ -157,10 +157,9 @@ class AwsCost:
             log.warning("gns_probe_billed_as_measured",
                         why="cost.model_gns_s and cost.model_gns_s_per_sample are unset")
         #: Simulated cloud: Lambda bills the init phase of a cold start, so the simulated cold
-        #: starts (actors beyond the warm pool, as ``LocalBackend.simulated_actor_s`` counts
-        #: them) are billed; real receipts' ``init_ms`` is billed otherwise.
+        #: starts (functions beyond the warm pool, ``RoundRecord.sim_cold_starts``, the count
+        #: the clock reads too) are billed; real receipts' ``init_ms`` is billed otherwise.
         self.simulate = bool(actors.get("simulate"))
-        self.sim_warm_pool = 0
         self.vms = 0  # VMs running after the last round (serverful baseline)
         keep = int(cfg["estimate_rounds"])
         self.times = RoundTimes(keep)
@@ -214,10 +213,7 @@ class AwsCost:
     # -- the CostModel role -------------------------------------------------------------------
 
     def charge(self, record: RoundRecord, receipts: Sequence[Receipt]) -> dict[str, float]:
-        # At most the round's actors ran at once: an async round settling more invocations
-        # than that reused the functions whose batches were read, warm.
-        cold = self._sim_cold(min(len(receipts), record.actors)) \
-            if self.kind != "vm" and any(r.ok for r in receipts) else 0
+        cold = record.sim_cold_starts if self.simulate and self.kind != "vm" else 0
         probe_s = max(0.0, record.probe_s - record.eval_s)
         if self.model is not None:
             receipts, probe_s = self._model_round(record, receipts, cold, probe_s)
@@ -260,14 +256,6 @@ class AwsCost:
         self.trained_s = (update_s, probe_s)
         record.sim_time_s = actor_s - record.overlap_s + update_s + probe_s
         return modelled, probe_s
-
-    def _sim_cold(self, invoked: int) -> int:
-        """Simulated cold starts of this round: actors beyond the warm pool so far."""
-        if not self.simulate:
-            return 0
-        cold = max(0, invoked - self.sim_warm_pool)
-        self.sim_warm_pool = max(self.sim_warm_pool, invoked)
-        return cold
 
     def _actor_items(self, receipts: Sequence[Receipt], keep: bool = True) -> dict[str, float]:
         """The round's actor bills by item; ``keep``: the mean bill of one actor joins the
@@ -331,7 +319,7 @@ class AwsCost:
             times = RoundTimes(1)
             times.add(record.actors, record.sim_time_s)
         seconds = times.upper(actors)
-        cold = max(0, actors - self.sim_warm_pool) if self.simulate else 0
+        cold = max(0, actors - record.warm_pool) if self.simulate else 0
         if cold:
             seconds += self.cold_start_s
         if self.kind == "vm":
@@ -412,13 +400,12 @@ class AwsCost:
     # -- checkpoints --------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        return {"sim_warm_pool": self.sim_warm_pool, "vms": self.vms,
+        return {"vms": self.vms,
                 "times": [list(p) for p in self.times.points],
                 "per_actor": list(self.per_actor), "trained_s": list(self.trained_s),
                 "sampled_s": self.sampled_s}
 
     def load_state(self, state: dict[str, Any]) -> None:
-        self.sim_warm_pool = int(state["sim_warm_pool"])
         self.vms = int(state["vms"])
         for actors, seconds in state["times"]:
             self.times.add(int(actors), float(seconds))
