@@ -220,10 +220,15 @@ def _run_state(body: dict[str, Any]) -> RunState:
     counters = Counters(**raw.pop("counters"))
     raw.pop("history", None)
     raw.pop("seen_requests", None)
+    history = [RoundRecord.from_plain(r) for r in body["history"]]
+    if history and "warm_pool" not in body["history"][-1]:
+        # Written before the records kept the simulated cloud's warm pool: as warm as the
+        # most actors a round ran (the next round's cold starts read the last record's pool).
+        history[-1].warm_pool = max(r.actors for r in history)
     return RunState(
         **raw,
         counters=counters,
-        history=[RoundRecord.from_plain(r) for r in body["history"]],
+        history=history,
         seen_requests=set(body.get("seen_requests", [])),
     )
 

@@ -276,6 +276,21 @@ def test_a_resumed_simulated_cloud_is_as_warm_as_it_was(tmp_path: Path) -> None:
     assert [cold_usd[n] > 0 for n in range(1, 5)] == [True, False, False, False]
 
 
+def test_a_checkpoint_from_before_the_records_kept_the_warm_pool_resumes_warm(
+        tmp_path: Path) -> None:
+    """Such a checkpoint's last record gets the most actors a round ran as its pool, so the
+    resumed run's next round starts cold only functions beyond them."""
+    out = tmp_path / "run"
+    asyncio.run(Engine.from_plan(CARTPOLE, {**EXACT, "stop.max_rounds": 2,
+                                            "actors.simulate": True}, out_dir=out).run())
+    body = checkpoint.read(checkpoint.latest(out))  # type: ignore[arg-type]
+    for r in body["history"]:
+        del r["warm_pool"], r["sim_cold_starts"]
+        r["actors"] = 3 if r["round"] == 1 else 2
+    history = checkpoint._run_state(body).history
+    assert [r.warm_pool for r in history] == [0, 3]
+
+
 CARTPOLE_ENV = {"id": "CartPole-v1", "num_envs": 2, "normalize_obs": False,
                 "normalize_reward": False}
 
