@@ -162,3 +162,31 @@ def run_watching(engine: Any, on_event: Any) -> dict[str, Any]:
                 await asyncio.gather(watcher, return_exceptions=True)
 
     return asyncio.run(body())
+
+
+def run_stopped_after(engine: Any, round_number: int) -> dict[str, Any]:
+    """Run the engine and stop it as round ``round_number`` finishes, as a user's Ctrl-C
+    would; returns the run's summary."""
+    from kernel import events as ev
+
+    async def stop(event: object) -> None:
+        if isinstance(event, ev.RoundFinished) and event.round == round_number:
+            engine.request_stop("test interruption")
+
+    return run_watching(engine, stop)
+
+
+def resume_to_end(out: Any) -> Any:
+    """Resume the run in ``out`` and run it to its end; returns the resumed engine (closed) for
+    the test to read its roles."""
+    import asyncio
+
+    from kernel.engine import Engine
+
+    async def body() -> Any:
+        again = Engine.resume(out)
+        async with again:
+            await again.run()
+        return again
+
+    return asyncio.run(body())

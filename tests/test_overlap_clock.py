@@ -23,7 +23,7 @@ import pytest
 from kernel.engine import Engine
 from kernel.fleet import async_head_start
 from kernel.roles import Receipt
-from tests.conftest import ROOT, run_watching
+from tests.conftest import ROOT, resume_to_end, run_stopped_after
 from tests.test_cost import MODEL
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
@@ -184,7 +184,6 @@ def test_a_resumed_pipelined_run_is_credited_as_the_uninterrupted_one(tmp_path: 
     """The head start of a fan-out in flight at a checkpoint, and the model's seconds of the
     round it overlapped, are kept: stopped after round 4 of 6 and resumed, every round is
     clocked and billed as in the run that was never stopped."""
-    from kernel import events as ev
     from tests.test_resume import EXACT
 
     plan = {**TIMED, **EXACT, "run.mode": "pipelined", "run.snapshot_at": 0.5,
@@ -193,20 +192,8 @@ def test_a_resumed_pipelined_run_is_credited_as_the_uninterrupted_one(tmp_path: 
     expected = _rounds(tmp_path / "straight")
 
     out = tmp_path / "stopped"
-    first = Engine.from_plan(CARTPOLE, plan, out_dir=out)
-
-    async def stop_after_round_4(event: object) -> None:
-        if isinstance(event, ev.RoundFinished) and event.round == 4:
-            first.request_stop("test interruption")
-
-    assert run_watching(first, stop_after_round_4)["rounds"] == 4
-
-    async def resume() -> None:
-        again = Engine.resume(out)
-        async with again:
-            await again.run()
-
-    asyncio.run(resume())
+    assert run_stopped_after(Engine.from_plan(CARTPOLE, plan, out_dir=out), 4)["rounds"] == 4
+    resume_to_end(out)
     got = _rounds(out)
     assert [r["round"] for r in got] == list(range(1, 7))
     assert all(r["overlap_s"] > 0 for r in expected[1:])

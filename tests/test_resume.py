@@ -16,7 +16,7 @@ import pytest
 
 from kernel import checkpoint, codec
 from kernel.engine import Engine
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, resume_to_end, run_cli, run_stopped_after
 from tests.test_cost import MODEL
 
 CARTPOLE = str(ROOT / "plans" / "cartpole.toml")
@@ -213,26 +213,9 @@ def test_an_interrupted_run_matches_an_uninterrupted_one_round_by_round(
     assert sorted(expected) == list(range(1, 7))
 
     out = tmp_path / "stopped"
-    first = Engine.from_plan(CARTPOLE, plan, out_dir=out)
-
-    async def stop_after_round_4(event: object) -> None:
-        from kernel import events as ev
-
-        if isinstance(event, ev.RoundFinished) and event.round == 4:
-            first.request_stop("test interruption")
-
-    from tests.conftest import run_watching
-
-    summary = run_watching(first, stop_after_round_4)
+    summary = run_stopped_after(Engine.from_plan(CARTPOLE, plan, out_dir=out), 4)
     assert summary["rounds"] == 4, summary
-
-    async def resume() -> dict:
-        again = Engine.resume(out)
-        async with again:
-            await again.run()
-            return _weights(again)
-
-    final = asyncio.run(resume())
+    final = _weights(resume_to_end(out))
     got = _losses(out)
     assert sorted(got) == list(range(1, 7))
     for number in range(1, 7):
@@ -248,24 +231,8 @@ def test_a_resumed_simulated_cloud_is_as_warm_as_it_was(tmp_path: Path) -> None:
     plan = {**EXACT, "stop.max_rounds": 4, "actors.simulate": True,
             "actors.sim_cold_start_s": 5.0}
     out = tmp_path / "run"
-    first = Engine.from_plan(CARTPOLE, plan, out_dir=out)
-
-    async def stop_after_round_2(event: object) -> None:
-        from kernel import events as ev
-
-        if isinstance(event, ev.RoundFinished) and event.round == 2:
-            first.request_stop("test interruption")
-
-    from tests.conftest import run_watching
-
-    assert run_watching(first, stop_after_round_2)["rounds"] == 2
-
-    async def resume() -> None:
-        again = Engine.resume(out)
-        async with again:
-            await again.run()
-
-    asyncio.run(resume())
+    assert run_stopped_after(Engine.from_plan(CARTPOLE, plan, out_dir=out), 2)["rounds"] == 2
+    resume_to_end(out)
     history = checkpoint.read(checkpoint.latest(out))["history"]  # type: ignore[arg-type]
     assert history[0]["sim_time_s"] > 5.0 > max(r["sim_time_s"] for r in history[1:])
     assert [(r["sim_cold_starts"], r["warm_pool"]) for r in history] == \
