@@ -83,6 +83,8 @@ STUDIES = (
           "plans time, by the time model", "gpu-model-cuda-timed", ("fixed8",)),
     Study("walker2d_cuda_timed", "Walker2d-v5, study 19: pipelined at the model-timed snapshot "
           "point", "walker2d/gpu-model-cuda-timed", ("fixed8",)),
+    Study("humanoid_timed", "Humanoid-v5, study 19: study 8's setup, pipelined at the "
+          "model-timed snapshot point", "humanoid/gpu-model-timed", ("fixed4",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
