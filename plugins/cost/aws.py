@@ -243,15 +243,13 @@ class AwsCost:
         assert self.model is not None
         modelled = self.model.receipts(receipts)
         record.actor_durations_ms = [r.duration_ms for r in modelled if r.ok]
-        actor_s = max(record.actor_durations_ms, default=0.0) / 1000
-        if cold:
-            actor_s += self.cold_start_s
+        self.sampled_s = max(record.actor_durations_ms, default=0.0) / 1000
+        actor_s = self.sampled_s + (self.cold_start_s if cold else 0.0)
         # A record built without its probe runs (by hand, or restored from an old
         # checkpoint) keeps its measured probe time.
         if record.probe_runs:
             probe_s = self.model.probe_time_s(record.probe_runs)
         update_s = self.model.update_s(record.env_steps)
-        self.sampled_s = actor_s - (self.cold_start_s if cold else 0.0)
         record.overlap_s = record.overlapped_s(actor_s, *self.trained_s)
         self.trained_s = (update_s, probe_s)
         record.sim_time_s = actor_s - record.overlap_s + update_s + probe_s
