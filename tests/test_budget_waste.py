@@ -23,9 +23,14 @@ from kernel.roles import RoundRecord
 from kernel.run_state import RunState, StopRules
 from tests.conftest import ROOT
 
-#: About 25 one-actor CartPole rounds here: the last round's worth (less than one smallest
-#: round, with the estimate's margin) stays under 5 % of it.
-BUDGET = 2.5e-4
+#: A run stops with less left than its smallest round's estimate and what it keeps in hand
+#: beside it: a stall (never so much that the two pass 5 % of the budget) or a repeat of the
+#: worst miss seen. So it spends 95 % when that estimate times the worst miss stays under 5 %:
+#: with misses of 1.5x on a busy machine, a round must be priced under about 3 % of the budget
+#: even while the machine slows every round down. Beside a training run on 2 cores this budget
+#: bought 115-165 one-actor CartPole rounds and 69 three-actor async ones (96.1-97.2 % spent);
+#: at half of it one three-actor async run stopped at 94.8 % under heavier load.
+BUDGET = 5e-4
 
 
 def _plan(mode: str) -> dict:
@@ -314,7 +319,7 @@ def test_rounds_slower_than_their_estimates_do_not_overspend_the_budget(
     allocator learns the miss and keeps a repeat of it in hand, so the run still ends within
     its budget, having spent at least 95 % of it. (A round here is about 2 % of the budget,
     so its miss fits the reserve's cap.)"""
-    budget = 4 * BUDGET
+    budget = 1e-3
     plan = _plan(mode)
     plan["stop"]["budget_usd"] = budget
 
