@@ -46,6 +46,11 @@ def sleep(event: dict[str, Any], context: Any) -> dict[str, Any]:
     return _receipt(event, context, t0)
 
 
+def slow_init() -> None:
+    """A worker initializer that takes ``NITRO_TEST_INIT_S`` seconds (a heavy import)."""
+    time.sleep(float(os.environ.get("NITRO_TEST_INIT_S", "0")))
+
+
 def dispatch(event: dict[str, Any], context: Any) -> dict[str, Any]:
     op = event.get("op", "echo")
     handlers = {"echo": echo, "boom": boom, "sleep": sleep}

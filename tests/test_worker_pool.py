@@ -75,6 +75,56 @@ def test_a_place_whose_worker_is_killed_gets_a_fresh_worker_and_keeps_serving() 
     assert after != first  # a new worker in the same place
 
 
+def _with_slow_init(init_s: float, body):  # noqa: ANN001, ANN202 - a test helper
+    async def main():  # noqa: ANN202
+        pool = WorkerPool(1, name="test-pool", initializer="tests.lambda_handlers:slow_init",
+                          env={"NITRO_TEST_INIT_S": str(init_s)})
+        await pool.start()
+        try:
+            return await body(pool)
+        finally:
+            await pool.close()
+    return asyncio.run(main())
+
+
+def test_a_worker_s_init_does_not_count_against_its_first_call_s_timeout() -> None:
+    """Lambda limits the init phase on its own, apart from the function's timeout: a worker
+    whose start-up takes 1 s serves a first call allowed 0.5 s, and so does the worker that
+    replaces one killed for a timeout (the place is free again once its init is done)."""
+    async def body(pool: WorkerPool) -> tuple[float | None, str, float | None]:
+        done: list[str] = []
+        first = await pool.call(SLEEP, {"seconds": 0.0}, request_id="first", timeout_s=0.5)
+        with pytest.raises(WorkerFailed) as failed:
+            await _call(pool, "hung", 5.0, None, done, timeout_s=0.5)
+        after = await pool.call(SLEEP, {"seconds": 0.0}, request_id="after", timeout_s=0.5)
+        return first.init_ms, failed.value.reason, after.init_ms
+
+    first_init, reason, after_init = _with_slow_init(1.0, body)
+    assert first_init is not None and first_init >= 1000
+    assert reason == "timeout"
+    assert after_init is not None and after_init >= 1000
+
+
+def test_an_init_past_its_limit_goes_on_under_the_first_call_s_deadline(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``INIT_LIMIT_S`` the pool stops waiting and the rest of the init runs inside the
+    first call, as Lambda retries an init that ran over inside the invocation: a call too
+    short for it times out, and the worker that replaces it serves a longer one."""
+    from plugins.actors import workers
+
+    monkeypatch.setattr(workers, "INIT_LIMIT_S", 0.1)
+
+    async def body(pool: WorkerPool) -> tuple[str, float | None]:
+        with pytest.raises(WorkerFailed) as failed:
+            await pool.call(SLEEP, {"seconds": 0.0}, request_id="short", timeout_s=0.3)
+        served = await pool.call(SLEEP, {"seconds": 0.0}, request_id="long", timeout_s=10.0)
+        return failed.value.reason, served.init_ms
+
+    reason, init_ms = _with_slow_init(1.0, body)
+    assert reason == "timeout"
+    assert init_ms is not None and init_ms >= 1000
+
+
 def test_calls_waiting_for_a_place_or_a_reply_fail_promptly_when_the_pool_closes() -> None:
     """Closing the pool fails the call waiting for a place and the call in flight at once:
     the pipe the reply would come on is closed, so waiting out the call's 30 s timeout would

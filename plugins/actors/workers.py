@@ -9,6 +9,12 @@ fan-out is N awaits on a fixed pool, never a process per call.
 Requests and replies cross the pipes as msgpack (``send_bytes``), not pickle. A call that
 outlives its deadline gets its worker killed and replaced; a worker that dies mid-call fails
 that call only. Both raise ``WorkerFailed`` with a reason the caller counts.
+
+A worker's start-up (process, imports, initializer) is its init phase, which Lambda limits on
+its own (``INIT_LIMIT_S``) and does not count against the invocation's timeout: a new or
+replacement worker takes calls once it says it is ready, so a machine slow to start a process
+does not time out the call that happens to land on it. An init that runs past the limit goes
+on inside the first call, under that call's deadline, as Lambda retries it there.
 """
 
 from __future__ import annotations
@@ -32,6 +38,11 @@ import msgpack
 import structlog
 
 log = structlog.get_logger("plugins.actors.workers")
+
+#: Lambda's limit on the init phase of an on-demand function, separate from its timeout.
+INIT_LIMIT_S = 10.0
+#: What a worker sends once its init is done, before any reply (msgpack never starts so).
+READY = b"\xc1ready"
 
 
 class WorkerFailed(Exception):
@@ -122,6 +133,10 @@ def _worker_main(
     if initializer:
         _resolve(initializer)()
     init_ms: float | None = (time.perf_counter() - started) * 1000
+    try:
+        conn.send_bytes(READY)
+    except (BrokenPipeError, OSError):
+        return
     functions: dict[str, Callable[..., Any]] = {}
     attachment: tuple[str | None, bytes | None] = (None, None)
     while True:
@@ -199,6 +214,15 @@ class _Worker:
         self.conn = conn
         self.attachment_tag: str | None = None
         self.calls = 0
+        #: Whether its ``READY`` was read (else the first call reads it first).
+        self.ready = False
+
+    def wait_ready(self, limit_s: float) -> None:
+        """Block until the worker's init is done, at most ``limit_s``; a worker that died
+        during it stays not ready, and its first call finds out."""
+        with contextlib.suppress(EOFError, OSError):
+            if self.conn.poll(limit_s):
+                self.ready = self.conn.recv_bytes() == READY
 
     def kill(self) -> None:
         with contextlib.suppress(Exception):
@@ -303,15 +327,21 @@ class WorkerPool:
         child.close()
         worker = _Worker(wid, process, parent)
         self.started_workers += 1
+        worker.wait_ready(INIT_LIMIT_S)
         return worker
 
     async def _replace(self, place: int) -> None:
-        """Kill the worker at ``place`` and start a fresh one there."""
+        """Kill the worker at ``place`` and start a fresh one there, free once it is ready."""
         await asyncio.to_thread(self._slots[place].kill)
         self.killed_workers += 1
-        if not self._closed:
-            self._slots[place] = await asyncio.to_thread(self._spawn)
-            self._release(place)
+        if self._closed:
+            return
+        worker = await asyncio.to_thread(self._spawn)
+        if self._closed:  # closed during its init: close() could not see it
+            await asyncio.to_thread(worker.kill)
+            return
+        self._slots[place] = worker
+        self._release(place)
 
     async def call(
         self,
@@ -382,6 +412,10 @@ class WorkerPool:
         }
         try:
             worker.conn.send_bytes(msgpack.packb(request, use_bin_type=True))
+            if not worker.ready:  # an init past its limit: the rest of it counts here
+                if await self._receive(worker, deadline - time.monotonic()) != READY:
+                    raise EOFError("no ready signal before the first reply")
+                worker.ready = True
             return await self._receive(worker, deadline - time.monotonic())
         except TimeoutError:
             log.warning("worker_killed", worker=worker.id, request_id=request_id, reason="timeout")
