@@ -151,3 +151,35 @@ def test_calls_waiting_for_a_place_or_a_reply_fail_promptly_when_the_pool_closes
     assert (busy_reason, waiting_reason) == ("closed", "closed")
     assert seconds < 4.0  # neither waited out the 5 s handler, nor its 30 s timeout
     assert held_ms >= 300
+
+
+def test_a_worker_whose_reply_cannot_be_read_is_replaced_not_reused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply that does not decode leaves the pipe out of step (a worker of another version
+    sent a frame this pool does not expect): reusing the worker would hand each later call the
+    reply meant for the one before. The call fails as a dead worker, and its place gets a new
+    one that answers the next call with that call's own result."""
+    from plugins.actors import workers
+
+    real = workers.msgpack.unpackb
+    garbled = iter([True])
+
+    def unpack_once_garbled(data: bytes, **kwargs: object) -> object:
+        if next(garbled, False):
+            raise ValueError("garbled frame")
+        return real(data, **kwargs)
+
+    async def body(pool: WorkerPool) -> tuple[str, int, int, str]:
+        done: list[str] = []
+        first = await _call(pool, "warm", 0.0, 0, done)
+        monkeypatch.setattr(workers.msgpack, "unpackb", unpack_once_garbled)
+        with pytest.raises(WorkerFailed) as failed:
+            await _call(pool, "garbled", 0.0, 0, done)
+        result = await pool.call(SLEEP, {"request_id": "next", "seconds": 0.0},
+                                 request_id="next", timeout_s=30.0, slot=0)
+        return failed.value.reason, first, result.worker, result.result["request_id"]
+
+    reason, first, after, answered = _with_pool(1, body)
+    assert reason == "worker_died"
+    assert after != first
+    assert answered == "next"

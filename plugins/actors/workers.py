@@ -378,6 +378,13 @@ class WorkerPool:
         try:
             raw = await self._exchange(worker, target, event, request_id, deadline, function,
                                        memory_mb, attachment, attachment_tag, timeout_s, t0)
+            try:
+                reply = msgpack.unpackb(raw, raw=False)
+            except Exception as exc:  # the pipe is out of step: its next reply is not ours
+                log.warning("worker_reply_unreadable", worker=worker.id, request_id=request_id,
+                            error=repr(exc))
+                raise WorkerFailed("worker_died", f"unreadable reply: {exc!r}",
+                                   duration_ms=(time.perf_counter() - t0) * 1000) from None
             reusable = True
         finally:
             if reusable:
@@ -387,7 +394,6 @@ class WorkerPool:
             else:
                 # The pipe may still hold a reply nobody will read: never reuse this worker.
                 await asyncio.shield(self._replace(place))
-        reply = msgpack.unpackb(raw, raw=False)
         if not reply["ok"]:
             raise HandlerError(reply["error_type"], reply["message"], reply.get("trace", []),
                                duration_ms=reply["duration_ms"], init_ms=reply.get("init_ms"))
