@@ -21,9 +21,9 @@ async def _call(pool: WorkerPool, name: str, seconds: float, slot: int | None,
     return result.worker
 
 
-def _with_pool(size: int, body):  # noqa: ANN001, ANN202 - a test helper
+def _with_pool(size: int, body, **options):  # noqa: ANN001, ANN003, ANN202 - a test helper
     async def main():  # noqa: ANN202
-        pool = WorkerPool(size, name="test-pool")
+        pool = WorkerPool(size, name="test-pool", **options)
         await pool.start()
         try:
             return await body(pool)
@@ -76,15 +76,8 @@ def test_a_place_whose_worker_is_killed_gets_a_fresh_worker_and_keeps_serving() 
 
 
 def _with_slow_init(init_s: float, body):  # noqa: ANN001, ANN202 - a test helper
-    async def main():  # noqa: ANN202
-        pool = WorkerPool(1, name="test-pool", initializer="tests.lambda_handlers:slow_init",
-                          env={"NITRO_TEST_INIT_S": str(init_s)})
-        await pool.start()
-        try:
-            return await body(pool)
-        finally:
-            await pool.close()
-    return asyncio.run(main())
+    return _with_pool(1, body, initializer="tests.lambda_handlers:slow_init",
+                      env={"NITRO_TEST_INIT_S": str(init_s)})
 
 
 def test_a_worker_s_init_does_not_count_against_its_first_call_s_timeout() -> None:
