@@ -82,20 +82,20 @@ def _with_slow_init(init_s: float, body):  # noqa: ANN001, ANN202 - a test helpe
 
 def test_a_worker_s_init_does_not_count_against_its_first_call_s_timeout() -> None:
     """Lambda limits the init phase on its own, apart from the function's timeout: a worker
-    whose start-up takes 1 s serves a first call allowed 0.5 s, and so does the worker that
+    whose start-up takes 2 s serves a first call allowed 1 s, and so does the worker that
     replaces one killed for a timeout (the place is free again once its init is done)."""
     async def body(pool: WorkerPool) -> tuple[float | None, str, float | None]:
         done: list[str] = []
-        first = await pool.call(SLEEP, {"seconds": 0.0}, request_id="first", timeout_s=0.5)
+        first = await pool.call(SLEEP, {"seconds": 0.0}, request_id="first", timeout_s=1.0)
         with pytest.raises(WorkerFailed) as failed:
             await _call(pool, "hung", 5.0, None, done, timeout_s=0.5)
-        after = await pool.call(SLEEP, {"seconds": 0.0}, request_id="after", timeout_s=0.5)
+        after = await pool.call(SLEEP, {"seconds": 0.0}, request_id="after", timeout_s=1.0)
         return first.init_ms, failed.value.reason, after.init_ms
 
-    first_init, reason, after_init = _with_slow_init(1.0, body)
-    assert first_init is not None and first_init >= 1000
+    first_init, reason, after_init = _with_slow_init(2.0, body)
+    assert first_init is not None and first_init >= 2000
     assert reason == "timeout"
-    assert after_init is not None and after_init >= 1000
+    assert after_init is not None and after_init >= 2000
 
 
 def test_an_init_past_its_limit_goes_on_under_the_first_call_s_deadline(
