@@ -109,6 +109,8 @@ class ProbeSlot:
     #: The value that is the policy's score if this probe evaluates the policy (it drives
     #: the target return, and its time is not charged), else None.
     score: str | None
+    #: Most of the run's simulated time this probe may take (``Coordinator.due``); None: any.
+    max_share: float | None = None
 
     @property
     def evaluation(self) -> bool:

@@ -28,7 +28,7 @@ import structlog
 
 from kernel import codec
 from kernel import events as ev
-from kernel.contract import Roles, blame
+from kernel.contract import ProbeSlot, Roles, blame
 from kernel.fleet import cold_starts
 from kernel.intake import Intake
 from kernel.roles import (
@@ -252,7 +252,10 @@ class Coordinator:
         for slot in self.roles.probes:
             if evaluation_only and not slot.evaluation:
                 continue
-            due = evaluation_only or self.due(slot.every, number)
+            due = evaluation_only or self.due(slot, number)
+            if not due and number % max(1, slot.every) == 0:
+                log.info("probe_skipped", round=number, probe=slot.name,
+                         max_share=slot.max_share)
             if not due or (not batches and not slot.evaluation):
                 continue
             t0 = time.perf_counter()
@@ -265,10 +268,23 @@ class Coordinator:
                                           values=finite(measured)))
         return runs
 
-    @staticmethod
-    def due(every: int, number: int) -> bool:
-        """Whether a probe measuring every ``every`` rounds runs in round ``number``."""
-        return number % max(1, every) == 0
+    def due(self, slot: ProbeSlot, number: int) -> bool:
+        """Whether ``slot`` measures in round ``number``: every ``every`` rounds, less those
+        its ``max_share`` skips. The share is read from finished rounds only, so the answer
+        is the same when an overlapped fan-out asks it before the round ends; a measurement
+        is skipped when, at the probe's last charged time, it would take the probe past its
+        share even of the time so far (the round's own work only lowers the share after)."""
+        if number % max(1, slot.every) != 0:
+            return False
+        if slot.max_share is None:
+            return True
+        spent = last = 0.0
+        for record in self.state.history:
+            for run in record.probe_runs:
+                if run.name == slot.name and not run.evaluation:
+                    last = run.seconds if run.charged_s is None else run.charged_s
+                    spent += last
+        return spent + last <= slot.max_share * (self.state.sim_time_s + last)
 
     def decides_on(self, number: int) -> bool:
         """Whether the scaler's decision after round ``number`` reads that round, so the next
@@ -280,7 +296,7 @@ class Coordinator:
         reads = scaler.reads_probes
         if reads is None:
             return True
-        return any(slot.name in reads and self.due(slot.every, number)
+        return any(slot.name in reads and self.due(slot, number)
                    for slot in self.roles.probes)
 
     @staticmethod

@@ -187,7 +187,8 @@ class Engine:
         for item in plan["probes"]:
             probe = await self._make("probe", item["name"], item)
             probes.append(ProbeSlot(item["name"], probe, probe.every or item["every"],
-                                    self.registry.get("probe", item["name"]).evaluation_score))
+                                    self.registry.get("probe", item["name"]).evaluation_score,
+                                    item["max_share"]))
         scaler = await self._make("scaler", plan["scaler"]["name"], plan["scaler"])
         cost = await self._make("cost", plan["cost"]["name"], plan["cost"])
         with blame(learner):

@@ -102,6 +102,9 @@ LIST_ITEM = {"name": Field("str", doc="plugin name.")}
 PROBE_ITEM = {
     "name": Field("str", doc="probe plugin."),
     "every": Field("int", 1, "Measure every k rounds.", min=1),
+    "max_share": Field("float", None, "Skip a due measurement that, at this probe's last "
+                       "charged time, would take its share of the run's simulated time past "
+                       "this fraction (unset: never skip).", min=0, min_exclusive=True, max=1),
 }
 
 #: section -> (core fields, plugin kind, key naming the plugin)

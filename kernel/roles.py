@@ -88,10 +88,9 @@ class Receipt:
 
 
 class Unreachable(Exception):
-    """A backend or transport that cannot reach its service before round 1.
-
-    The message is one line a user can act on (e.g. "is `nitro lambda serve` running?"): the
-    engine prints it and exits before any work is done or billed."""
+    """A backend or transport that cannot reach its service before round 1. The message is
+    one line a user can act on (e.g. "is `nitro lambda serve` running?"): the engine prints it
+    and exits before any work is done or billed."""
 
 
 class InvocationFailed(Exception):
@@ -224,8 +223,8 @@ class Transport(Lifecycle, Protocol):
 
 @dataclass(slots=True)
 class ProbeRun:
-    """One probe's measurement in one round: a cost model that bills probes by the work they
-    did (a time model) replaces ``seconds`` for the probes it knows, from their ``values``."""
+    """One probe's measurement in one round: ``seconds`` as measured, ``charged_s`` as billed
+    (a time model bills the probes it knows by the work their ``values`` report)."""
 
     name: str
     seconds: float
@@ -233,6 +232,9 @@ class ProbeRun:
     #: The value that is the policy's score when the probe evaluates the policy (its time is
     #: measured, not charged to the training budget), else None.
     score: str | None = None
+    #: Seconds the cost model charged for it, set when it charges the round (None: not yet,
+    #: or a cost model that does not say, and ``seconds`` stands).
+    charged_s: float | None = None
 
     @property
     def evaluation(self) -> bool:

@@ -140,7 +140,7 @@ def test_far_misses_get_no_guess() -> None:
 def test_without_probes_evaluation_is_not_every_round() -> None:
     """Ten eval episodes every round cost a small env more than its training."""
     plan = load_plan({"env": {"id": "CartPole-v1"}, "stop": {"max_rounds": 30}})
-    assert plan["probes"] == [{"name": "eval", "every": 10, "episodes": 10}]
+    assert plan["probes"] == [{"name": "eval", "every": 10, "max_share": None, "episodes": 10}]
 
 
 HOPPER_NITRO = ROOT / "plans" / "hopper-nitro.toml"
