@@ -651,8 +651,10 @@ def test_a_calibration_fits_probe_sizes_that_each_occur_once(
 
 def test_probe_cost_counts_a_probe_every_kth_round_over_all_rounds(tmp_path: Path) -> None:
     """A rule that probes one round in four pays the probe once per four rounds: the per-round
-    shares are of the rounds it ran in, the all-rounds shares of every round's seconds, and a
-    round with an evaluation counts in neither (its time would pass for probe time)."""
+    shares are of the rounds it ran in, the all-rounds shares of every round's seconds. A
+    round with an evaluation counts in the simulated share, whose bill leaves evaluation out
+    (leaving it out read the share low where evaluations and probes coincide), and not in the
+    wall shares, where its time would pass for probe time."""
     import boost_budget
 
     run_dir = tmp_path / "every4" / "seed-1"
@@ -674,9 +676,9 @@ def test_probe_cost_counts_a_probe_every_kth_round_over_all_rounds(tmp_path: Pat
     assert cost["wall"]["median"] == pytest.approx(1.0 / 5.0)
     assert cost["sim"]["median"] == pytest.approx(0.2)  # the bill's split: 0.002 / 0.010
     assert cost["wall_all"] == pytest.approx(2.0 / (8 * 5.0))
-    assert cost["sim_all"] == pytest.approx(2 * 0.2 * 2.0 / (8 * 2.0))
+    assert cost["sim_all"] == pytest.approx(3 * 0.2 * 2.0 / (9 * 2.0))
     assert cost["usd_share"] == pytest.approx(3 * 0.002 / (9 * 0.01))
-    assert "| 5.0% | 5.0% | 6.7% |" in boost_budget.probe_table({"every4": cost})
+    assert "| 5.0% | 6.7% | 6.7% |" in boost_budget.probe_table({"every4": cost})
 
 
 def test_fit_gns_adds_the_gns_probes_constants_and_keeps_the_rest(
