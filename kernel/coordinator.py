@@ -254,6 +254,7 @@ class Coordinator:
                 continue
             due = evaluation_only or self.due(slot, number)
             if not due and number % max(1, slot.every) == 0:
+                self.state.counters.probes_skipped += 1
                 log.info("probe_skipped", round=number, probe=slot.name,
                          max_share=slot.max_share)
             if not due or (not batches and not slot.evaluation):

@@ -51,6 +51,8 @@ class Counters:
     never arrived is not counted, as its size is not known"""
     trained_env_steps: int = 0
     """env steps of the batches handed to the learner"""
+    probes_skipped: int = 0
+    """due measurements a probe's ``max_share`` skipped"""
 
     def reject(self, reason: str) -> None:
         self.rejected_payloads += 1

@@ -67,6 +67,7 @@ def test_a_capped_probe_never_takes_more_than_its_share_and_uses_it(tmp_path: Pa
     assert summary["rounds"] == 12
     probed = _probed_rounds(capped)
     assert probed[0] == 1 and 3 <= len(probed) <= 6, probed
+    assert summary["probes_skipped"] == 12 - len(probed)
     shares = _shares(capped)
     for t, spent, clock in shares[1:]:
         assert spent <= 0.2 * clock + 1e-9, (t, spent, clock)
