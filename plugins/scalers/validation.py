@@ -90,6 +90,6 @@ def validate_probe(section: dict[str, Any], plan: dict[str, Any]) -> None:
 #: dollars, and the window rule did better measured every 4th round in all four of them.
 ANCHORED_PROBE_EVERY = 4
 #: And skips a measurement that would take the probe past a tenth of the run's simulated time:
-#: every 4th round it stays near 2 % on Hopper-v5 and Walker2d-v5, but on Humanoid-v5 (a larger
-#: network, a cheap round) it reached 10.1 %; a skipped measurement holds N 4 rounds more.
+#: every 4th round it costs 2.5 % on Hopper-v5 and Walker2d-v5, but on Humanoid-v5 (a larger
+#: network, a cheap round) it reached 11 %; a skipped measurement holds N 4 rounds more.
 ANCHORED_PROBE_SHARE = 0.1
