@@ -66,6 +66,9 @@ class Coordinator:
     #: A decision taken ahead for the round being trained (overlapped modes, scalers that
     #: read no measurements): the round's end must not ask the scaler a second time.
     decided_ahead: int | None = field(default=None, init=False)
+    #: Per probe: (finished rounds read, charged seconds in them, its last run's), so ``due``
+    #: reads each round once rather than the whole history every round.
+    probe_charged: dict[str, tuple[int, float, float]] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         self.intake = Intake(self.plan, self.run_id, self.roles, self.state, self.publish,
@@ -279,12 +282,14 @@ class Coordinator:
             return False
         if slot.max_share is None:
             return True
-        spent = last = 0.0
-        for record in self.state.history:
+        history = self.state.history
+        read, spent, last = self.probe_charged.get(slot.name, (0, 0.0, 0.0))
+        for record in history[read:]:
             for run in record.probe_runs:
                 if run.name == slot.name and not run.evaluation:
                     last = run.seconds if run.charged_s is None else run.charged_s
                     spent += last
+        self.probe_charged[slot.name] = (len(history), spent, last)
         return spent + last <= slot.max_share * (self.state.sim_time_s + last)
 
     def decides_on(self, number: int) -> bool:
