@@ -256,7 +256,7 @@ class Coordinator:
             if evaluation_only and not slot.evaluation:
                 continue
             due = evaluation_only or self.due(slot, number)
-            if not due and number % max(1, slot.every) == 0:
+            if not due and self.scheduled(slot, number):
                 self.state.counters.probes_skipped += 1
                 log.info("probe_skipped", round=number, probe=slot.name,
                          max_share=slot.max_share)
@@ -272,13 +272,18 @@ class Coordinator:
                                           values=finite(measured)))
         return runs
 
+    @staticmethod
+    def scheduled(slot: ProbeSlot, number: int) -> bool:
+        """Whether round ``number`` is one of the ``every``-th rounds ``slot`` measures in."""
+        return number % max(1, slot.every) == 0
+
     def due(self, slot: ProbeSlot, number: int) -> bool:
         """Whether ``slot`` measures in round ``number``: every ``every`` rounds, less those
         its ``max_share`` skips. The share is read from finished rounds only, so the answer
         is the same when an overlapped fan-out asks it before the round ends; a measurement
         is skipped when, at the probe's last charged time, it would take the probe past its
         share even of the time so far (the round's own work only lowers the share after)."""
-        if number % max(1, slot.every) != 0:
+        if not self.scheduled(slot, number):
             return False
         if slot.max_share is None:
             return True

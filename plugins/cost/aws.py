@@ -248,9 +248,7 @@ class AwsCost:
         # A record built without its probe runs (by hand, or restored from an old
         # checkpoint) keeps its measured probe time.
         if record.probe_runs:
-            probe_s = self.model.probe_time_s(record.probe_runs)
-            for run in record.probe_runs:  # what a probe's max_share reads
-                run.charged_s = 0.0 if run.evaluation else self.model.one_probe_s(run)
+            probe_s = self.model.charge_probes(record.probe_runs)
         update_s = self.model.update_s(record.env_steps)
         record.overlap_s = record.overlapped_s(actor_s, *self.trained_s)
         self.trained_s = (update_s, probe_s)

@@ -89,11 +89,14 @@ class TimeModel:
         assert self.gns_s is not None and self.gns_s_per_sample is not None
         return self.gns_s + self.gns_s_per_sample * samples
 
-    def probe_time_s(self, runs: Sequence[ProbeRun]) -> float:
-        """The round's charged probe time: each probe the model knows at its modelled time
+    def charge_probes(self, runs: Sequence[ProbeRun]) -> float:
+        """The round's charged probe time, each run's share recorded in its ``charged_s`` (what
+        a probe's ``max_share`` reads): each probe the model knows at its modelled time
         (recognised by the work it reports), any other at its measured time, evaluation left
         out (it is not charged)."""
-        return sum(self.one_probe_s(run) for run in runs if not run.evaluation)
+        for run in runs:
+            run.charged_s = 0.0 if run.evaluation else self.one_probe_s(run)
+        return sum(run.charged_s for run in runs)
 
     def one_probe_s(self, run: ProbeRun) -> float:
         v = run.values
