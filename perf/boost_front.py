@@ -85,12 +85,12 @@ STUDIES = (
           "point", "walker2d/gpu-model-cuda-timed", ("fixed8",)),
     Study("humanoid_timed", "Humanoid-v5, study 19: study 8's setup, pipelined at the "
           "model-timed snapshot point", "humanoid/gpu-model-timed", ("fixed4",)),
-    Study("hopper_cuda_timed_s20", "Hopper-v5, study 20: study 19 on one machine, the probe "
-          "held to a tenth of the run", "gpu-model-cuda-timed-s20", ("fixed8",),
-          default=("anchored8_p4_share",)),
-    Study("humanoid_timed_s20", "Humanoid-v5, study 20: study 19 on one machine, the probe "
-          "held to a tenth of the run", "humanoid/gpu-model-timed-s20", ("fixed4",),
-          default=("anchored8_p4_share",)),
+    Study("hopper_cuda_timed_s20", "Hopper-v5, study 20: study 19 with the probe held to "
+          "a tenth of the run, each seed's pair on one machine", "gpu-model-cuda-timed-s20",
+          ("fixed8",), default=("anchored8_p4_share",)),
+    Study("humanoid_timed_s20", "Humanoid-v5, study 20: study 19 with the probe held to "
+          "a tenth of the run, each seed's pair on one machine", "humanoid/gpu-model-timed-s20",
+          ("fixed4",), default=("anchored8_p4_share",)),
     Study("humanoid_clip", "Humanoid-v5, study 16: study 8's setup, a clip range that follows "
           "the round", "humanoid/gpu-model-clip", ("fixed4", "fixed8", "fixed16"),
           default=("anchored8_p4_clip", "anchored4_p4_clip")),
